@@ -1,0 +1,83 @@
+"""onnxpy: the ONNX Runtime API, written in Python, on numpy (CPU) and CuPy (CUDA).
+
+import onnxpy as ort
+sess = ort.InferenceSession("model.onnx")
+outputs = sess.run(None, {"input": x})
+"""
+
+from __future__ import annotations
+
+from . import ops as _ops  # noqa: F401 - registers every kernel
+from .api.errors import (
+    EngineError,
+    EPFail,
+    Fail,
+    InvalidArgument,
+    InvalidGraph,
+    InvalidProtobuf,
+    ModelLoaded,
+    NoModel,
+    NoSuchFile,
+    NotImplemented,
+    OnnxpyError,
+    RuntimeException,
+)
+from .api.iobinding import IOBinding
+from .api.options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
+from .api.ortvalue import OrtDevice, OrtValue
+from .api.session import InferenceSession, ModelMetadata, NodeArg
+from .providers import available_provider_names as _available
+
+__version__ = "0.1.0"
+version = __version__
+
+
+def get_available_providers() -> list[str]:
+    """Providers usable on this machine, most preferred first."""
+    return _available()
+
+
+def get_all_providers() -> list[str]:
+    """Every provider onnxpy knows, available here or not."""
+    return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def get_device() -> str:
+    """'GPU' when the CUDA provider is usable here, else 'CPU' (as onnxruntime reports)."""
+    return "GPU" if "CUDAExecutionProvider" in _available() else "CPU"
+
+
+def get_version_string() -> str:
+    return __version__
+
+
+__all__ = [
+    "InferenceSession",
+    "SessionOptions",
+    "RunOptions",
+    "GraphOptimizationLevel",
+    "ExecutionMode",
+    "ExecutionOrder",
+    "OrtValue",
+    "OrtDevice",
+    "IOBinding",
+    "NodeArg",
+    "ModelMetadata",
+    "get_available_providers",
+    "get_all_providers",
+    "get_device",
+    "get_version_string",
+    "__version__",
+    "OnnxpyError",
+    "Fail",
+    "InvalidArgument",
+    "NoSuchFile",
+    "NoModel",
+    "EngineError",
+    "RuntimeException",
+    "InvalidProtobuf",
+    "ModelLoaded",
+    "NotImplemented",
+    "InvalidGraph",
+    "EPFail",
+]

@@ -1,0 +1,1 @@
+"""The onnxruntime-compatible API layer: thin, validates, delegates to runtime/."""

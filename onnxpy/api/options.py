@@ -1,0 +1,125 @@
+"""SessionOptions, RunOptions and the enums, with onnxruntime's names and defaults.
+
+What each option does in onnxpy:
+
+- graph_optimization_level: selects the optimizer passes (see onnxpy.optimizer.manager).
+- intra_op_num_threads: caps the BLAS thread pool while this session runs (0: library default).
+- enable_profiling / profile_file_prefix: Chrome-trace profiling, see InferenceSession.end_profiling.
+- optimized_model_filepath: the optimized graph is written there at session creation.
+- log_severity_level: 0 verbose ... 4 fatal; verbose and info log session creation steps.
+- add_free_dimension_override_by_name: fixes named input dimensions before inference.
+- add_initializer: replaces an initializer of the model by the given OrtValue.
+- add_session_config_entry: string settings; onnxpy reads the keys listed in CONFIG_KEYS.
+
+Accepted for compatibility, no effect in onnxpy (documented, not silently dropped):
+inter_op_num_threads and execution_mode (nodes always run in order on one thread),
+execution_order, enable_cpu_mem_arena, enable_mem_pattern and enable_mem_reuse (the planner
+always releases values after their last use), use_deterministic_compute (kernels are
+deterministic), log_verbosity_level, logid.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(enum.IntEnum):
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class ExecutionOrder(enum.IntEnum):
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2
+
+
+#: session config keys onnxpy reads, with what they do
+CONFIG_KEYS = {
+    "session.model_external_initializers_file_folder_path": "folder holding external data of a model given as bytes",
+    "session.max_allocation_bytes": "byte budget for one data-dependent allocation (ConstantOfShape, Expand, Tile...)",
+    "session.check_nan_inf": "'1': raise at the first node whose output holds NaN or Inf, naming the node",
+    "session.debug_level": "'1' prints each node as it runs, '2' also its values' shapes and statistics",
+}
+
+
+class SessionOptions:
+    def __init__(self) -> None:
+        self.graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.intra_op_num_threads: int = 0
+        self.inter_op_num_threads: int = 0
+        self.execution_mode: ExecutionMode = ExecutionMode.ORT_SEQUENTIAL
+        self.execution_order: ExecutionOrder = ExecutionOrder.DEFAULT
+        self.enable_profiling: bool = False
+        self.profile_file_prefix: str = "onnxpy_profile_"
+        self.optimized_model_filepath: str = ""
+        self.log_severity_level: int = -1
+        self.log_verbosity_level: int = 0
+        self.logid: str = ""
+        self.enable_cpu_mem_arena: bool = True
+        self.enable_mem_pattern: bool = True
+        self.enable_mem_reuse: bool = True
+        self.use_deterministic_compute: bool = False
+        self._config: dict[str, str] = {}
+        self._free_dim_by_name: dict[str, int] = {}
+        self._free_dim_by_denotation: dict[str, int] = {}
+        self._initializers: dict[str, Any] = {}
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        try:
+            return self._config[key]
+        except KeyError:
+            raise RuntimeError(f"SessionOptions does not have configuration with key: {key}") from None
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        if int(dim_value) < 0:
+            raise ValueError(f"free dimension override '{dim_name}' must be >= 0, got {dim_value}")
+        self._free_dim_by_name[str(dim_name)] = int(dim_value)
+
+    def add_free_dimension_override_by_denotation(self, dim_denotation: str, dim_value: int) -> None:
+        if int(dim_value) < 0:
+            raise ValueError(f"free dimension override '{dim_denotation}' must be >= 0, got {dim_value}")
+        self._free_dim_by_denotation[str(dim_denotation)] = int(dim_value)
+
+    def add_initializer(self, name: str, val: Any) -> None:
+        """Replace the model's initializer ``name`` by an OrtValue (or numpy array) of the same type."""
+        self._initializers[str(name)] = val
+
+    def config(self, key: str, default: str | None = None) -> str | None:
+        """onnxpy's own accessor: a config entry or ``default``."""
+        return self._config.get(key, default)
+
+    def __repr__(self) -> str:
+        return f"<SessionOptions opt_level={self.graph_optimization_level.name} config={self._config}>"
+
+
+class RunOptions:
+    def __init__(self) -> None:
+        self.log_severity_level: int = -1
+        self.log_verbosity_level: int = 0
+        self.logid: str = ""
+        #: set from another thread to stop a run between two nodes
+        self.terminate: bool = False
+        self.only_execute_path_to_fetches: bool = False
+        self._config: dict[str, str] = {}
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        try:
+            return self._config[key]
+        except KeyError:
+            raise RuntimeError(f"RunOptions does not have configuration with key: {key}") from None

@@ -1,0 +1,287 @@
+"""OrtValue and OrtDevice: a value (tensor, sequence or empty optional) that lives on a device.
+
+On the CPU an OrtValue made from a C-contiguous numpy array of a supported dtype wraps that
+array without copying (``data_ptr()`` equals the array's address and later changes to the array
+are seen by the next run, as in onnxruntime). An OrtValue keeps whatever owns its memory alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..model import dtypes
+from ..providers import CPU, Provider, provider_for_device
+from .errors import InvalidArgument
+
+# onnxruntime's OrtDevice constants
+_DEVICE_TYPES = {"cpu": 0, "cuda": 1, "gpu": 1}
+
+
+class OrtDevice:
+    """A device: type (0 CPU, 1 GPU), id, memory type (0 default) and vendor id."""
+
+    CPU = 0
+    GPU = 1
+    NPU = 3
+
+    def __init__(self, device_type: int = 0, memory_type: int = 0, vendor_id: int = 0, device_id: int = 0) -> None:
+        self._type = int(device_type)
+        self._mem = int(memory_type)
+        self._vendor = int(vendor_id)
+        self._id = int(device_id)
+
+    @staticmethod
+    def make(ort_device_name: str, device_id: int, vendor_id: int = -1) -> OrtDevice:
+        name = str(ort_device_name).lower()
+        if name not in _DEVICE_TYPES:
+            raise InvalidArgument(f"unsupported device '{ort_device_name}': expected one of 'cpu', 'cuda'")
+        kind = _DEVICE_TYPES[name]
+        vendor = vendor_id if vendor_id >= 0 else (0x10DE if kind == 1 else 0)
+        return OrtDevice(kind, 0, vendor, int(device_id))
+
+    def device_type(self) -> int:
+        return self._type
+
+    def device_id(self) -> int:
+        return self._id
+
+    def device_mem_type(self) -> int:
+        return self._mem
+
+    def device_vendor_id(self) -> int:
+        return self._vendor
+
+    def name(self) -> str:
+        return "cuda" if self._type == 1 else "cpu"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OrtDevice) and (self._type, self._id, self._mem) == (
+            other._type,
+            other._id,
+            other._mem,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._type, self._id, self._mem))
+
+    def __repr__(self) -> str:
+        return f"OrtDevice({self.name()}:{self._id}, mem={self._mem})"
+
+
+def as_host_array(obj: Any, what: str) -> np.ndarray:
+    """A numpy array for user data; lists and scalars are converted, str arrays become object."""
+    if isinstance(obj, np.ndarray):
+        arr = obj
+    else:
+        try:
+            arr = np.asarray(obj)
+        except Exception as e:  # noqa: BLE001
+            raise InvalidArgument(f"{what}: cannot convert {type(obj).__name__} to a numpy array: {e}") from None
+    if arr.dtype.kind in ("U", "S"):
+        arr = arr.astype(object)
+    return arr
+
+
+def _supported(dtype: np.dtype) -> bool:
+    try:
+        dtypes.elem_type(dtype)
+        return True
+    except ValueError:
+        return False
+
+
+class OrtValue:
+    """A tensor, a sequence of tensors, or an empty optional, on a device."""
+
+    __slots__ = ("_value", "_provider", "_owner", "__weakref__")
+
+    def __init__(self, value: Any, provider: Provider = CPU, owner: Any = None) -> None:
+        self._value = value
+        self._provider = provider
+        # Whatever owns the memory (numpy array, DLPack producer, user buffer holder).
+        self._owner = owner
+
+    # -- construction ---------------------------------------------------------------------------
+    @staticmethod
+    def ortvalue_from_numpy(
+        numpy_obj: Any, device_type: str = "cpu", device_id: int = 0, vendor_id: int = -1
+    ) -> OrtValue:
+        arr = as_host_array(numpy_obj, "ortvalue_from_numpy")
+        if not _supported(arr.dtype):
+            raise InvalidArgument(f"ortvalue_from_numpy: numpy dtype {arr.dtype} has no ONNX element type")
+        provider = provider_for_device(device_type, device_id)
+        if provider is CPU or provider.device_type == "cpu":
+            if arr.flags.c_contiguous and arr.flags.aligned:
+                return OrtValue(arr, provider, owner=numpy_obj)
+            return OrtValue(np.ascontiguousarray(arr), provider)
+        return OrtValue(provider.from_host(np.ascontiguousarray(arr)), provider)
+
+    @staticmethod
+    def ortvalue_from_numpy_with_onnx_type(data: Any, onnx_element_type: int) -> OrtValue:
+        """Wrap ``data`` as the ONNX element type given, reinterpreting bits when sizes match
+        (e.g. uint16 data as bfloat16)."""
+        arr = as_host_array(data, "ortvalue_from_numpy_with_onnx_type")
+        target = dtypes.to_np_dtype(onnx_element_type)
+        if arr.dtype != target:
+            if arr.dtype.itemsize != target.itemsize or target.hasobject or arr.dtype.hasobject:
+                raise InvalidArgument(
+                    f"ortvalue_from_numpy_with_onnx_type: data of dtype {arr.dtype} ({arr.dtype.itemsize} bytes) "
+                    f"cannot hold {dtypes.tensor_type_string(dtypes.elem_type(target))} ({target.itemsize} bytes)"
+                )
+            arr = np.ascontiguousarray(arr).view(target)
+        return OrtValue.ortvalue_from_numpy(arr)
+
+    @staticmethod
+    def ortvalue_from_shape_and_type(
+        shape: Sequence[int], element_type: Any, device_type: str = "cpu", device_id: int = 0, vendor_id: int = -1
+    ) -> OrtValue:
+        dt = _element_dtype(element_type)
+        dims = _check_shape(shape, "ortvalue_from_shape_and_type")
+        provider = provider_for_device(device_type, device_id)
+        if dt.hasobject:
+            return OrtValue(np.full(dims, "", dtype=object), provider)
+        return OrtValue(provider.empty(dims, dt), provider)
+
+    @staticmethod
+    def from_dlpack(data: Any, is_bool_tensor: bool = False) -> OrtValue:
+        """Import a tensor from torch, CuPy, JAX, numpy... through DLPack, without copying."""
+        from .dlpack import import_dlpack
+
+        value, provider = import_dlpack(data, is_bool_tensor)
+        return OrtValue(value, provider, owner=data)
+
+    @staticmethod
+    def ort_value_from_sparse_tensor(sparse_tensor: Any) -> OrtValue:
+        raise InvalidArgument("sparse tensors are not supported by onnxpy; densify the tensor first")
+
+    # -- queries --------------------------------------------------------------------------------
+    def _tensor(self, what: str) -> Any:
+        if not self.is_tensor():
+            kind = "an empty optional" if self._value is None else "a sequence"
+            raise InvalidArgument(f"{what}() needs a tensor OrtValue, this one holds {kind}")
+        return self._value
+
+    def data_ptr(self) -> int:
+        return self._provider.data_ptr(self._tensor("data_ptr"))
+
+    def device_name(self) -> str:
+        return self._provider.device_type
+
+    def device(self) -> OrtDevice:
+        return OrtDevice.make(self._provider.device_type, self._provider.device_id)
+
+    def shape(self) -> list[int]:
+        return [int(d) for d in self._tensor("shape").shape]
+
+    def element_type(self) -> int:
+        return dtypes.elem_type(self._tensor("element_type").dtype)
+
+    def data_type(self) -> str:
+        v = self._value
+        if v is None:
+            return "optional"
+        if isinstance(v, list):
+            inner = dtypes.dtype_string(v[0].dtype) if v else "tensor(float)"
+            return f"seq({inner})"
+        return dtypes.dtype_string(v.dtype)
+
+    def tensor_size_in_bytes(self) -> int:
+        t = self._tensor("tensor_size_in_bytes")
+        return int(t.size) * int(t.dtype.itemsize)
+
+    def has_value(self) -> bool:
+        return self._value is not None
+
+    def is_tensor(self) -> bool:
+        return self._value is not None and not isinstance(self._value, list)
+
+    def is_tensor_sequence(self) -> bool:
+        return isinstance(self._value, list)
+
+    def is_sparse_tensor(self) -> bool:
+        return False
+
+    def numpy(self) -> Any:
+        """The value on the host: the array itself on the CPU (no copy), a copy from a device."""
+        v = self._value
+        if v is None:
+            return None
+        if isinstance(v, list):
+            return [self._provider.to_host(x) for x in v]
+        return self._provider.to_host(v)
+
+    def update_inplace(self, np_arr: Any) -> None:
+        """Overwrite this tensor's values with ``np_arr`` (same dtype and element count), in place."""
+        t = self._tensor("update_inplace")
+        src = as_host_array(np_arr, "update_inplace")
+        if src.dtype != t.dtype:
+            raise InvalidArgument(f"update_inplace: got dtype {src.dtype}, the OrtValue holds {t.dtype}")
+        if src.size != t.size:
+            raise InvalidArgument(
+                f"update_inplace: got {src.size} elements (shape {list(src.shape)}), the OrtValue holds {t.size} (shape {list(t.shape)})"
+            )
+        if self._provider.device_type == "cpu":
+            np.copyto(t, src.reshape(t.shape))
+        else:
+            t.set(np.ascontiguousarray(src.reshape(t.shape)))
+
+    # -- interop -------------------------------------------------------------------------------
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        arr = self._provider.to_host(self._tensor("__array__"))
+        if dtype is not None and np.dtype(dtype) != arr.dtype:
+            return arr.astype(dtype)
+        if copy:
+            return arr.copy()
+        return arr
+
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: bool | None = None
+    ) -> Any:
+        t = self._tensor("__dlpack__")
+        kwargs: dict[str, Any] = {}
+        if stream is not None:
+            kwargs["stream"] = stream
+        if max_version is not None:
+            kwargs["max_version"] = max_version
+        if dl_device is not None:
+            kwargs["dl_device"] = dl_device
+        if copy is not None:
+            kwargs["copy"] = copy
+        try:
+            return t.__dlpack__(**kwargs)
+        except TypeError:
+            # Older producers do not take the newer keywords.
+            return t.__dlpack__(stream=stream) if stream is not None else t.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._tensor("__dlpack_device__").__dlpack_device__()
+
+    def to_dlpack(self) -> Any:
+        return self.__dlpack__()
+
+    def __repr__(self) -> str:
+        if self.is_tensor():
+            return f"OrtValue({self.data_type()}, shape={self.shape()}, device={self.device_name()})"
+        return f"OrtValue({self.data_type()}, device={self.device_name()})"
+
+
+def _element_dtype(element_type: Any) -> np.dtype:
+    try:
+        dt = dtypes.to_np_dtype(element_type)
+        dtypes.elem_type(dt)
+        return dt
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"unsupported element_type {element_type!r}: {e}") from None
+
+
+def _check_shape(shape: Any, what: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{what}: shape must be a sequence of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise InvalidArgument(f"{what}: shape {list(dims)} has a negative dimension")
+    return dims

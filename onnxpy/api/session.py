@@ -1,0 +1,469 @@
+"""InferenceSession, NodeArg and ModelMetadata with onnxruntime's names and behaviour.
+
+The session validates what the caller gives it and delegates the work: loading to
+onnxpy.model, graph building and compiling to onnxpy.runtime, device work to a provider.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..ir.graph import Graph
+from ..model import dtypes
+from ..model.load import load_model
+from ..optimizer.manager import optimize
+from ..providers import CPU, PROVIDER_DEVICES, Provider, available_provider_names, provider_for_device
+from ..runtime.compile import apply_free_dimension_overrides, build_graph
+from ..runtime.compiled import CompiledGraph
+from ..runtime.facts import SessionFacts
+from .errors import Fail, InvalidArgument, InvalidGraph, OnnxpyError
+from .options import RunOptions, SessionOptions
+from .ortvalue import OrtValue, as_host_array
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output: name, onnxruntime type string and shape."""
+
+    name: str
+    type: str
+    shape: list[Any] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str]
+
+
+def _node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
+    shape: list[Any] = []
+    tp = vi.type
+    if tp.HasField("tensor_type") and tp.tensor_type.HasField("shape"):
+        for d in tp.tensor_type.shape.dim:
+            if d.HasField("dim_value"):
+                shape.append(int(d.dim_value))
+            elif d.HasField("dim_param"):
+                shape.append(d.dim_param)
+            else:
+                shape.append(None)
+    return NodeArg(vi.name, dtypes.type_string(tp), shape)
+
+
+class _InputSpec:
+    """What a feed must look like, precomputed so validation per run is a few comparisons."""
+
+    __slots__ = ("name", "dtype", "type_str", "rank", "fixed", "kind")
+
+    def __init__(self, arg: NodeArg, tp: onnx.TypeProto) -> None:
+        self.name = arg.name
+        self.type_str = arg.type
+        self.kind = tp.WhichOneof("value")
+        self.dtype: np.dtype | None = None
+        self.rank: int | None = None
+        self.fixed: tuple[tuple[int, int], ...] = ()
+        if self.kind == "tensor_type" and tp.tensor_type.elem_type:
+            try:
+                self.dtype = dtypes.np_dtype(tp.tensor_type.elem_type)
+            except ValueError:
+                self.dtype = None
+            if tp.tensor_type.HasField("shape"):
+                self.rank = len(arg.shape)
+                self.fixed = tuple((i, d) for i, d in enumerate(arg.shape) if isinstance(d, int))
+
+
+class InferenceSession:
+    """Loads a model once and runs it many times: ``run(output_names, input_feed)``."""
+
+    def __init__(
+        self,
+        path_or_bytes: Any,
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[dict[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        started = time.perf_counter()
+        if sess_options is not None and not isinstance(sess_options, SessionOptions):
+            raise InvalidArgument(f"sess_options must be an onnxpy.SessionOptions, got {type(sess_options).__name__}")
+        self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        opts = self._sess_options
+        self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+        self._lock = threading.Lock()
+        self._plans: dict[tuple[str, ...], Any] = {}
+        self._debug_compiled: CompiledGraph | None = None
+
+        model, _folder = load_model(path_or_bytes, opts.config("session.model_external_initializers_file_folder_path"))
+        self._meta = ModelMetadata(
+            producer_name=model.producer_name,
+            graph_name=model.graph.name,
+            domain=model.domain,
+            description=model.doc_string,
+            graph_description=model.graph.doc_string,
+            version=int(model.model_version),
+            custom_metadata_map={p.key: p.value for p in model.metadata_props},
+        )
+        self._apply_initializer_overrides(model)
+        apply_free_dimension_overrides(model, opts._free_dim_by_name)
+        self._describe_io(model)
+        self._base_graph: Graph = build_graph(model)
+        self._opset = dict(self._base_graph.opsets)
+        del model
+        self._facts = SessionFacts.from_options(opts)
+        self._set_providers(providers, provider_options)
+        self._profiler = None
+        if opts.enable_profiling:
+            from ..tools.profiler import Profiler
+
+            self._profiler = Profiler(opts.profile_file_prefix)
+            self._profiler.session_event("model_loading_and_session_initialization", started, time.perf_counter())
+        self.creation_seconds = time.perf_counter() - started
+
+    # -- creation helpers ------------------------------------------------------------------------
+    def _apply_initializer_overrides(self, model: onnx.ModelProto) -> None:
+        overrides = self._sess_options._initializers
+        if not overrides:
+            return
+        by_name = {t.name: t for t in model.graph.initializer}
+        for name, val in overrides.items():
+            if name not in by_name:
+                raise InvalidArgument(
+                    f"add_initializer: the model has no initializer named '{name}'; it has {sorted(by_name)[:20]}"
+                )
+            arr = val.numpy() if isinstance(val, OrtValue) else as_host_array(val, f"initializer '{name}'")
+            old = by_name[name]
+            if tuple(old.dims) != arr.shape or old.data_type != dtypes.elem_type(arr.dtype):
+                raise InvalidArgument(
+                    f"add_initializer '{name}': got {dtypes.dtype_string(arr.dtype)} {list(arr.shape)}, the model's "
+                    f"initializer is {dtypes.tensor_type_string(old.data_type)} {list(old.dims)}"
+                )
+            old.CopyFrom(onnx.numpy_helper.from_array(arr, name))
+
+    def _describe_io(self, model: onnx.ModelProto) -> None:
+        inits = {t.name for t in model.graph.initializer} | {s.values.name for s in model.graph.sparse_initializer}
+        self._inputs = [_node_arg(vi) for vi in model.graph.input if vi.name not in inits]
+        self._overridable = [_node_arg(vi) for vi in model.graph.input if vi.name in inits]
+        self._outputs = [_node_arg(vi) for vi in model.graph.output]
+        types = {vi.name: vi.type for vi in model.graph.input}
+        self._input_specs = {a.name: _InputSpec(a, types[a.name]) for a in self._inputs + self._overridable}
+        self._required = [a.name for a in self._inputs]
+        self._output_names = [a.name for a in self._outputs]
+
+    def _set_providers(
+        self, providers: Sequence[Any] | None, provider_options: Sequence[dict[str, Any]] | None
+    ) -> None:
+        names, options = _normalize_providers(providers, provider_options)
+        chosen: list[str] = []
+        chosen_opts: list[dict[str, Any]] = []
+        available = available_provider_names()
+        for name, opt in zip(names, options):
+            if name not in PROVIDER_DEVICES:
+                raise InvalidArgument(
+                    f"Unknown execution provider '{name}'. onnxpy knows {sorted(PROVIDER_DEVICES)}; available here: {available}"
+                )
+            if name not in available:
+                warnings.warn(
+                    f"Specified provider '{name}' is not in available provider names. Available providers: "
+                    f"'{', '.join(available)}'. Falling back to the next provider.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                continue
+            if name not in chosen:
+                chosen.append(name)
+                chosen_opts.append({str(k): str(v) for k, v in opt.items()})
+        if "CPUExecutionProvider" not in chosen:
+            chosen.append("CPUExecutionProvider")
+            chosen_opts.append({})
+        first = chosen[0]
+        device_id = int(chosen_opts[0].get("device_id", 0)) if first != "CPUExecutionProvider" else 0
+        provider = CPU if first == "CPUExecutionProvider" else provider_for_device(PROVIDER_DEVICES[first], device_id)
+        graph = self._base_graph.clone()
+        self._applied_passes = optimize(graph, int(self._sess_options.graph_optimization_level))
+        if self._sess_options.optimized_model_filepath:
+            from ..ir.export import save_graph
+
+            save_graph(graph, self._sess_options.optimized_model_filepath, self._model_path)
+        compiled = CompiledGraph(graph, provider, self._facts)
+        with self._lock:
+            self._providers = chosen
+            self._provider_options = chosen_opts
+            self._provider: Provider = provider
+            self._compiled = compiled
+            self._plans = {}
+            self._debug_compiled = None
+
+    # -- onnxruntime's query API -----------------------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return list(self._overridable)
+
+    def get_modelmeta(self) -> ModelMetadata:
+        return self._meta
+
+    def get_providers(self) -> list[str]:
+        return list(self._providers)
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        return {n: dict(o) for n, o in zip(self._providers, self._provider_options)}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._sess_options
+
+    def set_providers(
+        self, providers: Sequence[Any] | None = None, provider_options: Sequence[dict[str, Any]] | None = None
+    ) -> None:
+        self._set_providers(providers, provider_options)
+
+    def disable_fallback(self) -> None:
+        """Accepted for compatibility: onnxpy never silently changes provider during a run."""
+
+    def enable_fallback(self) -> None:
+        """Accepted for compatibility."""
+
+    @property
+    def _model_opset(self) -> dict[str, int]:
+        return dict(self._opset)
+
+    # -- running ---------------------------------------------------------------------------------
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: RunOptions | None = None
+    ) -> list[Any]:
+        """Run the model; returns numpy arrays (lists for sequences, None for empty optionals)."""
+        if not isinstance(input_feed, dict):
+            raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
+        feeds = {name: self._prepare_feed(name, value) for name, value in input_feed.items()}
+        values = self._run_device(output_names, feeds, run_options)
+        return [self._to_user(v, feeds) for v in values]
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: dict[str, OrtValue],
+        run_options: RunOptions | None = None,
+    ) -> list[OrtValue]:
+        feeds = {}
+        for name, v in input_dict_ort_values.items():
+            if not isinstance(v, OrtValue):
+                raise InvalidArgument(
+                    f"run_with_ort_values: input '{name}' must be an OrtValue, got {type(v).__name__}"
+                )
+            feeds[name] = self._prepare_feed(name, v)
+        values = self._run_device(output_names, feeds, run_options)
+        return [OrtValue(v, self._provider) for v in values]
+
+    def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
+        from .iobinding import IOBinding
+
+        if not isinstance(iobinding, IOBinding):
+            raise InvalidArgument(
+                f"run_with_iobinding needs an IOBinding from this session's io_binding(), got {type(iobinding).__name__}"
+            )
+        iobinding._run(run_options)
+
+    def io_binding(self) -> Any:
+        from .iobinding import IOBinding
+
+        return IOBinding(self)
+
+    def end_profiling(self) -> str:
+        """Stop profiling and write the trace; returns its path ('' when profiling is off)."""
+        if self._profiler is None:
+            return ""
+        path = self._profiler.write()
+        self._profiler = None
+        return path
+
+    def get_profiling_start_time_ns(self) -> int:
+        return 0 if self._profiler is None else self._profiler.start_ns
+
+    # -- internals shared with IOBinding ---------------------------------------------------------
+    def _prepare_feed(self, name: str, value: Any) -> Any:
+        """Check one feed against the model's declaration and put it on the session's device."""
+        spec = self._input_specs.get(name)
+        if spec is None:
+            raise InvalidArgument(
+                f"Invalid input name: '{name}'. The model's inputs are: {[a.name for a in self._inputs]}"
+                + (f"; overridable initializers: {[a.name for a in self._overridable]}" if self._overridable else "")
+            )
+        provider = self._provider
+        if isinstance(value, OrtValue):
+            if not value.has_value():
+                return None
+            if value._provider is not provider and value.is_tensor():
+                arr = provider.from_host(value._provider.to_host(value._value))
+            else:
+                arr = value._value
+        elif spec.kind == "sequence_type":
+            if not isinstance(value, (list, tuple)):
+                raise InvalidArgument(
+                    f"input '{name}' is {spec.type_str}: expected a list of arrays, got {type(value).__name__}"
+                )
+            return [provider.from_host(as_host_array(v, f"input '{name}'")) for v in value]
+        elif spec.kind == "optional_type" and value is None:
+            return None
+        elif provider.is_device_array(value):
+            arr = value
+        else:
+            arr = provider.from_host(as_host_array(value, f"input '{name}'"))
+        if isinstance(arr, list):
+            return arr
+        self._check_tensor(spec, arr)
+        return arr
+
+    def _check_tensor(self, spec: _InputSpec, arr: Any) -> None:
+        if spec.dtype is not None and arr.dtype != spec.dtype:
+            raise InvalidArgument(
+                f"Unexpected input data type for input '{spec.name}'. Actual: ({dtypes.dtype_string(arr.dtype) if _known(arr.dtype) else arr.dtype}), "
+                f"expected: ({spec.type_str})"
+            )
+        if spec.rank is not None:
+            if arr.ndim != spec.rank:
+                raise InvalidArgument(
+                    f"Invalid rank for input: {spec.name} Got: {arr.ndim} Expected: {spec.rank} "
+                    f"(got shape {list(arr.shape)}). Please fix either the inputs or the model."
+                )
+            bad = [(i, arr.shape[i], d) for i, d in spec.fixed if arr.shape[i] != d]
+            if bad:
+                detail = "; ".join(f"index: {i} Got: {g} Expected: {d}" for i, g, d in bad)
+                raise InvalidArgument(
+                    f"Got invalid dimensions for input: {spec.name} for the following indices: {detail} "
+                    f"(got shape {list(arr.shape)}). Please fix either the inputs or the model."
+                )
+
+    def _resolve_outputs(self, output_names: Sequence[str] | None) -> tuple[tuple[str, ...], CompiledGraph, Any]:
+        """Which compiled graph and plan serve these output names (cached per name tuple)."""
+        names = tuple(output_names) if output_names else tuple(self._output_names)
+        compiled = self._compiled
+        if names == tuple(compiled.graph.outputs):
+            return names, compiled, compiled.plan
+        key = names
+        with self._lock:
+            hit = self._plans.get(key)
+        if hit is not None:
+            return names, hit[0], hit[1]
+        for n in names:
+            if not isinstance(n, str):
+                raise InvalidArgument(f"output names must be strings, got {n!r}")
+        available = compiled.graph.defined_names()
+        if all(n in available for n in names):
+            target = compiled
+        else:
+            # Intermediate values may have been fused away: serve them from the unoptimized graph.
+            target = self._unoptimized()
+            known = target.graph.defined_names()
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise InvalidArgument(
+                    f"Invalid output name(s): {unknown}. The model's outputs are: {self._output_names} "
+                    "(any intermediate value of the graph may also be requested by name)"
+                )
+        plan = target.plan_for(list(names))
+        with self._lock:
+            self._plans[key] = (target, plan)
+        return names, target, plan
+
+    def _unoptimized(self) -> CompiledGraph:
+        with self._lock:
+            if self._debug_compiled is None:
+                self._debug_compiled = CompiledGraph(self._base_graph.clone(), self._provider, self._facts)
+            return self._debug_compiled
+
+    def _run_device(
+        self, output_names: Sequence[str] | None, feeds: dict[str, Any], run_options: RunOptions | None
+    ) -> list[Any]:
+        """Validate the feed set, run, and return device values (no host conversion)."""
+        missing = [n for n in self._required if n not in feeds]
+        if missing:
+            raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(feeds)}).")
+        names, compiled, plan = self._resolve_outputs(output_names)
+        terminate = None
+        if run_options is not None:
+            if run_options.terminate:
+                raise Fail("Exiting due to terminate flag being set to true.")
+            terminate = lambda: run_options.terminate  # noqa: E731
+        observer = self._facts.make_observer(self._profiler)
+        started = time.perf_counter() if self._profiler is not None else 0.0
+        try:
+            with self._facts.thread_limit():
+                out = compiled.run(feeds, plan=plan, terminate=terminate, observer=observer)
+        except OnnxpyError:
+            raise
+        except RecursionError as e:
+            raise InvalidGraph(f"the model nests too deeply to run: {e}") from e
+        if self._profiler is not None:
+            self._profiler.session_event("model_run", started, time.perf_counter())
+        return out
+
+    def _to_user(self, value: Any, feeds: dict[str, Any]) -> Any:
+        """Device value -> what run() returns: a numpy array the caller owns."""
+        if value is None:
+            return None
+        if isinstance(value, list):
+            return [self._to_user(v, feeds) for v in value]
+        arr = self._provider.to_host(value)
+        if not isinstance(arr, np.ndarray):
+            return np.asarray(arr)
+        # Never hand out a constant (read-only) or a view of the caller's own input.
+        if not arr.flags.writeable or any(
+            isinstance(f, np.ndarray) and np.may_share_memory(arr, f) for f in feeds.values()
+        ):
+            return arr.copy()
+        return arr
+
+
+def _known(dt: np.dtype) -> bool:
+    try:
+        dtypes.elem_type(dt)
+        return True
+    except ValueError:
+        return False
+
+
+def _normalize_providers(
+    providers: Sequence[Any] | None, provider_options: Sequence[dict[str, Any]] | None
+) -> tuple[list[str], list[dict[str, Any]]]:
+    if providers is None or len(providers) == 0:
+        return ["CPUExecutionProvider"], [{}]
+    names: list[str] = []
+    options: list[dict[str, Any]] = []
+    if provider_options is not None and len(provider_options) != len(providers):
+        raise InvalidArgument(
+            f"'providers' and 'provider_options' should be the same length if both are given: {len(providers)} vs {len(provider_options)}"
+        )
+    for i, p in enumerate(providers):
+        if isinstance(p, str):
+            names.append(p)
+            options.append(dict(provider_options[i]) if provider_options is not None else {})
+        elif isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], dict):
+            if provider_options is not None:
+                raise InvalidArgument(
+                    "give provider options either inside 'providers' tuples or in 'provider_options', not both"
+                )
+            names.append(p[0])
+            options.append(dict(p[1]))
+        else:
+            raise InvalidArgument(f"'providers' entries must be a name or a (name, options dict) tuple, got {p!r}")
+    return names, options

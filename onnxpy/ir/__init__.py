@@ -1,0 +1,1 @@
+"""The graph representation every stage after loading works on."""

@@ -1,0 +1,369 @@
+"""The in-memory graph every later stage works on: plain, mutable, easy to test.
+
+Values are named by strings here (as in ONNX); the planner turns names into integer ids.
+Attributes are decoded once, when the graph is built: ints, floats, str, numpy arrays, lists of
+those, ``Graph`` for subgraphs and ``TypeProto`` for type attributes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto, ValueInfoProto, numpy_helper
+
+from ..api.errors import Fail, InvalidGraph
+from ..model import dtypes
+
+
+def normalize_domain(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+@dataclass
+class Node:
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    domain: str = ""
+    # Version of this node's domain in the scope it came from (a function body has its own).
+    opset: int = 0
+    # AttributeProto type of each attribute, kept so the graph can be written back out.
+    attr_types: dict[str, int] = field(default_factory=dict)
+    doc_string: str = ""
+    # The NodeProto this node was read from (function expansion needs its raw attributes).
+    proto: NodeProto | None = field(default=None, repr=False, compare=False)
+
+    def describe(self) -> str:
+        """How errors name a node: its name (when it has one) and op type."""
+        dom = f"{self.domain}." if self.domain else ""
+        return f"node '{self.name}' ({dom}{self.op_type})" if self.name else f"unnamed {dom}{self.op_type} node"
+
+    def subgraphs(self) -> Iterator[Graph]:
+        for v in self.attrs.values():
+            if isinstance(v, Graph):
+                yield v
+            elif isinstance(v, list):
+                for g in v:
+                    if isinstance(g, Graph):
+                        yield g
+
+
+@dataclass
+class Graph:
+    name: str
+    nodes: list[Node]
+    inputs: list[str]
+    outputs: list[str]
+    initializers: dict[str, np.ndarray]
+    # Type of each value known from the model or shape inference (inputs, outputs, intermediates).
+    types: dict[str, TypeProto]
+    opsets: dict[str, int]
+    doc_string: str = ""
+
+    def clone(self) -> Graph:
+        """A copy whose nodes, lists and dicts can be changed freely; arrays are shared (never
+        modified in place by anyone)."""
+        return Graph(
+            name=self.name,
+            nodes=[_clone_node(n) for n in self.nodes],
+            inputs=list(self.inputs),
+            outputs=list(self.outputs),
+            initializers=dict(self.initializers),
+            types=dict(self.types),
+            opsets=dict(self.opsets),
+            doc_string=self.doc_string,
+        )
+
+    # -- queries ------------------------------------------------------------------------------
+    def producers(self) -> dict[str, Node]:
+        return {o: n for n in self.nodes for o in n.outputs if o}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        out: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                if i:
+                    out.setdefault(i, []).append(n)
+            for name in free_names_of_subgraphs(n):
+                out.setdefault(name, []).append(n)
+        return out
+
+    def defined_names(self) -> set[str]:
+        names = set(self.inputs) | set(self.initializers)
+        for n in self.nodes:
+            names.update(o for o in n.outputs if o)
+        return names
+
+    def elem_type(self, name: str) -> int | None:
+        tp = self.types.get(name)
+        if tp is not None and tp.HasField("tensor_type") and tp.tensor_type.elem_type:
+            return tp.tensor_type.elem_type
+        if name in self.initializers:
+            try:
+                return dtypes.elem_type(self.initializers[name].dtype)
+            except ValueError:
+                return None
+        return None
+
+    def shape(self, name: str) -> list[int | str | None] | None:
+        """Static shape: ints for fixed dims, str for named ones, None for unknown; None if rank unknown."""
+        if name in self.initializers:
+            return list(self.initializers[name].shape)
+        tp = self.types.get(name)
+        if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+            return None
+        return [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param if d.HasField("dim_param") else None)
+            for d in tp.tensor_type.shape.dim
+        ]
+
+
+def _clone_node(n: Node) -> Node:
+    attrs = {
+        k: (
+            v.clone()
+            if isinstance(v, Graph)
+            else [g.clone() for g in v]
+            if isinstance(v, list) and v and isinstance(v[0], Graph)
+            else v
+        )
+        for k, v in n.attrs.items()
+    }
+    return Node(
+        op_type=n.op_type,
+        inputs=list(n.inputs),
+        outputs=list(n.outputs),
+        attrs=attrs,
+        name=n.name,
+        domain=n.domain,
+        opset=n.opset,
+        attr_types=dict(n.attr_types),
+        doc_string=n.doc_string,
+        proto=n.proto,
+    )
+
+
+def free_names(graph: Graph) -> set[str]:
+    """Names a (sub)graph reads but does not define: the values it takes from outer scopes."""
+    defined = graph.defined_names()
+    used: set[str] = set()
+    for n in graph.nodes:
+        used.update(i for i in n.inputs if i)
+        used |= free_names_of_subgraphs(n)
+    used.update(graph.outputs)
+    return used - defined
+
+
+def free_names_of_subgraphs(node: Node) -> set[str]:
+    out: set[str] = set()
+    for g in node.subgraphs():
+        out |= free_names(g)
+    return out
+
+
+# -- building from protobuf ----------------------------------------------------------------------
+
+
+def tensor_to_array(t: TensorProto, what: str = "") -> np.ndarray:
+    """Decode a TensorProto, with a clear error when its data disagree with its shape."""
+    try:
+        arr = numpy_helper.to_array(t)
+    except Exception as e:  # noqa: BLE001 - any decoding failure is a bad model
+        raise Fail(
+            f"cannot decode tensor '{t.name or what}' ({dtypes.tensor_type_string(t.data_type)}, dims {list(t.dims)}): {e}"
+        ) from None
+    expected = tuple(int(d) for d in t.dims)
+    if any(d < 0 for d in expected):
+        raise Fail(f"tensor '{t.name or what}' has a negative dimension: {list(t.dims)}")
+    if arr.shape != expected:
+        raise Fail(
+            f"tensor '{t.name or what}': its data hold {arr.size} elements but dims {list(expected)} need {int(np.prod(expected))}"
+        )
+    return arr
+
+
+def sparse_to_array(sp: Any, what: str = "") -> np.ndarray:
+    values = tensor_to_array(sp.values, what)
+    indices = tensor_to_array(sp.indices, what).astype(np.int64)
+    dims = tuple(int(d) for d in sp.dims)
+    dense = np.zeros(dims, dtype=values.dtype)
+    flat = dense.reshape(-1)
+    if indices.ndim == 2:
+        if indices.size and (indices.min() < 0 or np.any(indices >= np.array(dims))):
+            raise Fail(f"sparse tensor '{what}': an index lies outside dims {list(dims)}")
+        lin = np.ravel_multi_index(tuple(indices.T), dims) if indices.size else indices.reshape(-1)
+    else:
+        if indices.size and (indices.min() < 0 or indices.max() >= flat.size):
+            raise Fail(f"sparse tensor '{what}': an index lies outside dims {list(dims)}")
+        lin = indices
+    flat[lin] = values.reshape(-1)
+    return dense
+
+
+def decode_attribute(a: AttributeProto, opsets: dict[str, int]) -> Any:
+    t = a.type
+    if t == AttributeProto.FLOAT:
+        return float(a.f)
+    if t == AttributeProto.INT:
+        return int(a.i)
+    if t == AttributeProto.STRING:
+        return _decode_str(a.s)
+    if t == AttributeProto.TENSOR:
+        return tensor_to_array(a.t, a.name)
+    if t == AttributeProto.GRAPH:
+        return graph_from_proto(a.g, opsets, {})
+    if t == AttributeProto.SPARSE_TENSOR:
+        return sparse_to_array(a.sparse_tensor, a.name)
+    if t == AttributeProto.TYPE_PROTO:
+        return a.tp
+    if t == AttributeProto.FLOATS:
+        return [float(x) for x in a.floats]
+    if t == AttributeProto.INTS:
+        return [int(x) for x in a.ints]
+    if t == AttributeProto.STRINGS:
+        return [_decode_str(s) for s in a.strings]
+    if t == AttributeProto.TENSORS:
+        return [tensor_to_array(x, a.name) for x in a.tensors]
+    if t == AttributeProto.GRAPHS:
+        return [graph_from_proto(g, opsets, {}) for g in a.graphs]
+    if t == AttributeProto.SPARSE_TENSORS:
+        return [sparse_to_array(x, a.name) for x in a.sparse_tensors]
+    if t == AttributeProto.TYPE_PROTOS:
+        return list(a.type_protos)
+    raise Fail(f"attribute '{a.name}' has an undefined type ({t})")
+
+
+def _decode_str(b: bytes) -> str | bytes:
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return b
+
+
+def node_from_proto(p: NodeProto, opsets: dict[str, int]) -> Node:
+    domain = normalize_domain(p.domain)
+    attrs: dict[str, Any] = {}
+    attr_types: dict[str, int] = {}
+    for a in p.attribute:
+        if a.ref_attr_name:
+            raise InvalidGraph(
+                f"node '{p.name}' ({p.op_type}): attribute '{a.name}' refers to '{a.ref_attr_name}' outside a function body"
+            )
+        if a.name in attrs:
+            raise InvalidGraph(f"node '{p.name}' ({p.op_type}) has attribute '{a.name}' twice")
+        attrs[a.name] = decode_attribute(a, opsets)
+        attr_types[a.name] = a.type
+    return Node(
+        op_type=p.op_type,
+        inputs=list(p.input),
+        outputs=list(p.output),
+        attrs=attrs,
+        name=p.name,
+        domain=domain,
+        opset=opsets.get(domain, 0),
+        attr_types=attr_types,
+        doc_string=p.doc_string,
+        proto=p,
+    )
+
+
+def graph_from_proto(gp: GraphProto, opsets: dict[str, int], inferred: dict[str, TypeProto]) -> Graph:
+    initializers: dict[str, np.ndarray] = {}
+    for t in gp.initializer:
+        if t.name in initializers:
+            raise InvalidGraph(f"graph '{gp.name}': initializer '{t.name}' is defined twice")
+        initializers[t.name] = tensor_to_array(t)
+    for sp in gp.sparse_initializer:
+        initializers[sp.values.name] = sparse_to_array(sp, sp.values.name)
+    types: dict[str, TypeProto] = {}
+    for vi in _value_infos(gp):
+        if vi.HasField("type"):
+            types[vi.name] = vi.type
+    for name, tp in inferred.items():
+        types.setdefault(name, tp)
+    nodes = [node_from_proto(p, opsets) for p in gp.node]
+    return Graph(
+        name=gp.name,
+        nodes=nodes,
+        inputs=[i.name for i in gp.input],
+        outputs=[o.name for o in gp.output],
+        initializers=initializers,
+        types=types,
+        opsets=dict(opsets),
+        doc_string=gp.doc_string,
+    )
+
+
+def _value_infos(gp: GraphProto) -> Iterable[ValueInfoProto]:
+    yield from gp.input
+    yield from gp.output
+    yield from gp.value_info
+
+
+# -- ordering and checks ---------------------------------------------------------------------
+
+
+def topological_sort(graph: Graph, outer: set[str] | frozenset[str] = frozenset()) -> None:
+    """Order nodes so each comes after the producers of its inputs; raise on cycles or undefined inputs.
+
+    Also checks that no value is defined twice. Recurses into subgraphs, whose outer scope is
+    everything visible at the node that holds them.
+    """
+    available = set(outer) | set(graph.inputs) | set(graph.initializers)
+    producer: dict[str, int] = {}
+    for idx, n in enumerate(graph.nodes):
+        for o in n.outputs:
+            if not o:
+                continue
+            if o in producer:
+                raise InvalidGraph(
+                    f"value '{o}' is produced by two nodes: {graph.nodes[producer[o]].describe()} and {n.describe()}"
+                )
+            if o in graph.inputs or o in graph.initializers:
+                raise InvalidGraph(f"{n.describe()} writes '{o}', which is already a graph input or initializer")
+            producer[o] = idx
+    waiting: list[int] = []
+    deps: list[set[int]] = []
+    for n in graph.nodes:
+        need = set()
+        for name in [*n.inputs, *free_names_of_subgraphs(n)]:
+            if not name or name in available and name not in producer:
+                continue
+            if name in producer:
+                need.add(producer[name])
+            else:
+                raise InvalidGraph(f"{n.describe()} reads '{name}', which no node, graph input or initializer defines")
+        deps.append(need)
+        waiting.append(len(need))
+    users: list[list[int]] = [[] for _ in graph.nodes]
+    for idx, need in enumerate(deps):
+        for d in need:
+            users[d].append(idx)
+    # A heap of indices keeps the model's own order wherever it is already valid.
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(graph.nodes):
+        stuck = [graph.nodes[i].describe() for i in range(len(graph.nodes)) if waiting[i] > 0][:5]
+        raise InvalidGraph(f"graph '{graph.name}' has a cycle; nodes on or after it: {', '.join(stuck)}")
+    graph.nodes = [graph.nodes[i] for i in order]
+    visible = available | set(producer)
+    for n in graph.nodes:
+        for g in n.subgraphs():
+            topological_sort(g, visible)
+    for o in graph.outputs:
+        if o not in visible:
+            raise InvalidGraph(f"graph output '{o}' is not produced by any node and is not an input or initializer")

@@ -1,0 +1,208 @@
+"""Load a model from a path, bytes or ModelProto, resolving external data safely.
+
+External data is read only from regular files inside the model's folder: absolute paths, ``..``
+components and links that resolve outside the folder are refused, and offset/length are checked
+against the file size and against what the tensor's shape and type need, before anything is read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
+
+from ..api.errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
+from . import dtypes
+
+# Highest versions this runtime was written against; newer models get a clear error.
+MAX_IR_VERSION = onnx.IR_VERSION
+MAX_OPSET = {"": onnx.defs.onnx_opset_version(), "ai.onnx": onnx.defs.onnx_opset_version()}
+
+
+def load_model(source: Any, external_data_dir: str | os.PathLike | None = None) -> tuple[ModelProto, Path | None]:
+    """Return (model, folder) where folder is where its external data may live (None for bytes)."""
+    if isinstance(source, ModelProto):
+        model = ModelProto()
+        model.CopyFrom(source)
+        folder = None
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        model = _parse(bytes(source), "the given bytes")
+        folder = None
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(os.fspath(source))
+        if not path.exists():
+            raise NoSuchFile(f"Load model from {path} failed: file does not exist")
+        if path.is_dir():
+            raise InvalidArgument(f"Load model from {path} failed: it is a folder, expected an .onnx file")
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise NoSuchFile(f"Load model from {path} failed: {e}") from e
+        model = _parse(data, str(path))
+        folder = path.resolve().parent
+    else:
+        raise InvalidArgument(
+            f"cannot load a model from {type(source).__name__}: expected a path (str or os.PathLike), "
+            "bytes or an onnx.ModelProto"
+        )
+    if external_data_dir is not None:
+        folder = Path(os.fspath(external_data_dir)).resolve()
+    _check_versions(model)
+    resolve_external_data(model, folder)
+    return model, folder
+
+
+def _parse(data: bytes, what: str) -> ModelProto:
+    if not data:
+        raise InvalidProtobuf(f"Load model from {what} failed: the model is empty (0 bytes)")
+    model = ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise InvalidProtobuf(f"Load model from {what} failed: Protobuf parsing failed ({e})") from None
+    if not model.HasField("graph") and model.ir_version == 0:
+        raise InvalidProtobuf(f"Load model from {what} failed: not an ONNX model (no graph, no IR version)")
+    return model
+
+
+def _check_versions(model: ModelProto) -> None:
+    if model.ir_version > MAX_IR_VERSION:
+        raise InvalidGraph(
+            f"Unsupported model IR version: {model.ir_version}, max supported IR version: {MAX_IR_VERSION}"
+        )
+    for imp in model.opset_import:
+        limit = MAX_OPSET.get(imp.domain)
+        if limit is not None and imp.version > limit:
+            raise InvalidGraph(
+                f"Opset {imp.version} for domain '{imp.domain or 'ai.onnx'}' is newer than the newest "
+                f"supported ({limit})"
+            )
+
+
+def iter_tensors(graph: GraphProto) -> Iterator[TensorProto]:
+    """Every TensorProto of a graph: initializers, sparse parts and attribute tensors, nested."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        yield from g.initializer
+        for sp in g.sparse_initializer:
+            yield sp.values
+            yield sp.indices
+        for node in g.node:
+            for attr in node.attribute:
+                yield from _attr_tensors(attr, stack)
+
+
+def _attr_tensors(attr: AttributeProto, stack: list[GraphProto]) -> Iterator[TensorProto]:
+    if attr.HasField("t"):
+        yield attr.t
+    yield from attr.tensors
+    if attr.HasField("sparse_tensor"):
+        yield attr.sparse_tensor.values
+        yield attr.sparse_tensor.indices
+    if attr.HasField("g"):
+        stack.append(attr.g)
+    stack.extend(attr.graphs)
+
+
+def resolve_external_data(model: ModelProto, folder: Path | None) -> None:
+    tensors = list(iter_tensors(model.graph))
+    for fn in model.functions:
+        for node in fn.node:
+            for attr in node.attribute:
+                stack: list[GraphProto] = []
+                tensors.extend(_attr_tensors(attr, stack))
+                for g in stack:
+                    tensors.extend(iter_tensors(g))
+    for t in tensors:
+        if t.data_location == TensorProto.EXTERNAL:
+            _load_external(t, folder)
+
+
+def _load_external(tensor: TensorProto, folder: Path | None) -> None:
+    info = {e.key: e.value for e in tensor.external_data}
+    name = tensor.name or "<unnamed>"
+    location = info.get("location")
+    if not location:
+        raise Fail(f"tensor '{name}' uses external data but names no location")
+    if folder is None:
+        raise InvalidArgument(
+            f"tensor '{name}' stores its data in external file '{location}', but the model was given as "
+            "bytes or a ModelProto and has no folder: set the session config entry "
+            "'session.model_external_initializers_file_folder_path' to the folder that holds it"
+        )
+    rel = Path(location)
+    if rel.is_absolute() or location.startswith(("/", "\\")) or (len(location) > 1 and location[1] == ":"):
+        raise Fail(
+            f"tensor '{name}': external data location '{location}' is an absolute path; only paths inside the model's folder are allowed"
+        )
+    if any(part == ".." for part in rel.parts) or ".." in location.replace("\\", "/").split("/"):
+        raise Fail(f"tensor '{name}': external data location '{location}' points outside the model's folder ('..')")
+    path = folder / rel
+    try:
+        real = path.resolve(strict=True)
+    except (FileNotFoundError, RuntimeError, OSError):
+        raise NoSuchFile(f"tensor '{name}': external data file '{location}' not found in {folder}") from None
+    root = folder.resolve()
+    if root != real and root not in real.parents:
+        raise Fail(f"tensor '{name}': external data file '{location}' resolves outside the model's folder ({real})")
+    if not real.is_file():
+        raise Fail(f"tensor '{name}': external data location '{location}' is not a regular file")
+    st = real.stat()
+    if st.st_nlink > 1:
+        raise Fail(f"tensor '{name}': external data file '{location}' has several hard links; refusing to read it")
+    try:
+        offset = int(info.get("offset", "0") or 0)
+        length = int(info["length"]) if info.get("length") else None
+    except ValueError:
+        raise Fail(f"tensor '{name}': external data offset/length are not integers: {info}") from None
+    size = st.st_size
+    if offset < 0 or offset > size:
+        raise Fail(f"tensor '{name}': external data offset {offset} is outside '{location}' ({size} bytes)")
+    if length is None:
+        length = size - offset
+    if length < 0 or offset + length > size:
+        raise Fail(
+            f"tensor '{name}': external data [{offset}, {offset + length}) runs past the end of '{location}' ({size} bytes)"
+        )
+    needed = expected_nbytes(tensor)
+    if needed is not None and needed != length:
+        raise Fail(
+            f"tensor '{name}': external data holds {length} bytes but shape {list(tensor.dims)} of "
+            f"{dtypes.tensor_type_string(tensor.data_type)} needs {needed}"
+        )
+    with open(real, "rb") as f:
+        f.seek(offset)
+        data = f.read(length)
+    tensor.raw_data = data
+    tensor.data_location = TensorProto.DEFAULT
+    del tensor.external_data[:]
+
+
+def expected_nbytes(tensor: TensorProto) -> int | None:
+    """Bytes a raw_data payload of this tensor must have (None when not fixed, e.g. strings)."""
+    if tensor.data_type == TensorProto.STRING:
+        return None
+    try:
+        dt = dtypes.np_dtype(tensor.data_type)
+    except ValueError:
+        return None
+    count = int(np.prod(tensor.dims, dtype=np.int64)) if len(tensor.dims) else 1
+    bits = {
+        TensorProto.INT4: 4,
+        TensorProto.UINT4: 4,
+        TensorProto.FLOAT4E2M1: 4,
+    }.get(tensor.data_type)
+    if bits is None and getattr(TensorProto, "INT2", -1) == tensor.data_type:
+        bits = 2
+    if bits is None and getattr(TensorProto, "UINT2", -1) == tensor.data_type:
+        bits = 2
+    if bits is not None:
+        return (count * bits + 7) // 8
+    return count * dt.itemsize

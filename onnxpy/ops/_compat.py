@@ -1,0 +1,60 @@
+"""Small helpers shared by kernels; the only place that papers over numpy / CuPy differences."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def host_ints(x: Any) -> list[int]:
+    """A 0-d or 1-d integer tensor (shape, axes, pads...) as a Python list of ints."""
+    if x is None:
+        return []
+    if isinstance(x, (list, tuple)):
+        return [int(v) for v in x]
+    arr = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
+    return [int(v) for v in arr.reshape(-1).tolist()]
+
+
+def host_scalar(x: Any) -> Any:
+    """A one-element tensor as a Python number."""
+    arr = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
+    if arr.size != 1:
+        raise ValueError(f"expected a single value, got shape {list(arr.shape)}")
+    return arr.reshape(-1)[0].item()
+
+
+def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1) and not (rank == 0 and axis in (0, -1)):
+        raise ValueError(f"{what} {axis} is out of range for a tensor of rank {rank} (expected [{-rank}, {rank - 1}])")
+    return axis + rank if axis < 0 else axis
+
+
+def normalize_axes(axes: Sequence[int], rank: int, what: str = "axes") -> list[int]:
+    out = [normalize_axis(int(a), rank, what) for a in axes]
+    if len(set(out)) != len(out):
+        raise ValueError(f"{what} {list(axes)} repeat an axis")
+    return out
+
+
+def check_alloc(shape: Sequence[int], dtype: Any, ctx: Any, what: str) -> None:
+    """Refuse an allocation whose size comes from data when it is negative or over the session budget."""
+    dims = [int(d) for d in shape]
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{what}: shape {dims} has a negative dimension")
+    count = 1
+    for d in dims:
+        count *= d
+    nbytes = count * np.dtype(dtype).itemsize
+    budget = getattr(getattr(ctx, "session", None), "max_alloc_bytes", None)
+    if budget is not None and nbytes > budget:
+        raise MemoryError(
+            f"{what}: shape {dims} of {np.dtype(dtype)} needs {nbytes} bytes, over the session's allocation "
+            f"budget of {budget} bytes (session config 'session.max_allocation_bytes')"
+        )
+
+
+def same_dtype_scalar(xp: Any, value: Any, like: Any) -> Any:
+    return xp.asarray(value, dtype=like.dtype)

@@ -1,0 +1,68 @@
+"""A vectorized erf for any array namespace (numpy has none, and a Python loop is too slow).
+
+|x| < 0.5: the Maclaurin series of erf (x**2 <= 0.25: few terms reach the target precision).
+|x| >= 0.5: erf(x) = 1 - exp(-x**2) * g(|x|), where g(t) = erfc(t) * exp(t**2) is smooth and slowly
+varying; g is a polynomial in u = (t - 3) / (t + 3) (a Chebyshev interpolant converted to powers),
+fitted once at import against math.erfc. Beyond t_max, erf is +-1 at the working precision.
+Float64 inputs work in float64 (error ~1e-15); narrower floats in float32 (error ~1e-7).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+_K = 3.0
+
+
+def _fit(t_max: float, degree: int) -> tuple[float, float, list[float]]:
+    lo, hi = (0.5 - _K) / (0.5 + _K), (t_max - _K) / (t_max + _K)
+    nodes = np.cos(np.pi * (np.arange(degree + 1) + 0.5) / (degree + 1))
+    u = lo + (nodes + 1) * 0.5 * (hi - lo)
+    t = _K * (1 + u) / (1 - u)
+    g = np.array([math.erfc(v) * math.exp(v * v) for v in t])
+    cheb = np.polynomial.chebyshev.chebfit(nodes, g, degree)
+    return lo, hi, list(np.polynomial.chebyshev.cheb2poly(cheb))
+
+
+# (working dtype, t_max, Chebyshev degree, Maclaurin terms)
+_PLANS = {
+    np.dtype(np.float64): (np.float64, 6.0, 18, 16),
+    np.dtype(np.float32): (np.float32, 4.0, 9, 7),
+}
+_FITS = {k: _fit(v[1], v[2]) for k, v in _PLANS.items()}
+_SERIES = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(16)]
+
+
+def erf(xp: Any, x: Any) -> Any:
+    """erf of a floating array, returned in x's dtype."""
+    key = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+    work, t_max, _deg, terms = _PLANS[key]
+    lo, hi, poly = _FITS[key]
+    v = x.astype(work, copy=False)
+    a = xp.abs(v)
+    z = v * v
+    small = xp.full_like(v, _SERIES[terms - 1])
+    for c in reversed(_SERIES[: terms - 1]):
+        small *= z
+        small += c
+    small *= v
+    t = xp.clip(a, 0.5, t_max)
+    s = (t - _K) / (t + _K)
+    s -= (lo + hi) / 2
+    s *= 2 / (hi - lo)
+    g = xp.full_like(v, poly[-1])
+    for c in reversed(poly[:-1]):
+        g *= s
+        g += c
+    t *= t
+    xp.negative(t, out=t)
+    xp.exp(t, out=t)
+    g *= t
+    tail = 1 - g
+    tail[a >= t_max] = 1
+    tail = xp.copysign(tail, v)
+    out = xp.where(a < 0.5, small, tail)
+    return out.astype(x.dtype, copy=False)

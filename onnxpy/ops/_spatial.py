@@ -1,0 +1,109 @@
+"""Geometry shared by convolution and pooling: padding, output sizes, strided window views."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def geometry(
+    in_sizes: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int] | None,
+    dilations: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    auto_pad: str,
+    ceil_mode: int = 0,
+) -> tuple[list[int], list[int], list[int]]:
+    """(pads_begin, pads_end, out_sizes) per spatial axis, following the ONNX rules."""
+    nd = len(in_sizes)
+    strides = list(strides) if strides else [1] * nd
+    dilations = list(dilations) if dilations else [1] * nd
+    if len(kernel) != nd or len(strides) != nd or len(dilations) != nd:
+        raise ValueError(
+            f"kernel {list(kernel)}, strides {strides} and dilations {dilations} must each have {nd} entries (spatial rank)"
+        )
+    if any(s <= 0 for s in strides) or any(d <= 0 for d in dilations):
+        raise ValueError(f"strides {strides} and dilations {dilations} must be positive")
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [-(-n // s) for n, s in zip(in_sizes, strides)]
+        total = [max((o - 1) * s + e - n, 0) for o, s, e, n in zip(out, strides, eff, in_sizes)]
+        if auto_pad == "SAME_UPPER":
+            begin = [t // 2 for t in total]
+        else:
+            begin = [t - t // 2 for t in total]
+        end = [t - b for t, b in zip(total, begin)]
+        return begin, end, out
+    if auto_pad == "VALID":
+        begin = [0] * nd
+        end = [0] * nd
+    elif auto_pad in ("NOTSET", ""):
+        p = list(pads) if pads else [0] * (2 * nd)
+        if len(p) != 2 * nd:
+            raise ValueError(f"pads {p} must have {2 * nd} entries (begin and end per spatial axis)")
+        if any(v < 0 for v in p):
+            raise ValueError(f"pads {p} must not be negative")
+        begin, end = p[:nd], p[nd:]
+    else:
+        raise ValueError(f"auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '{auto_pad}'")
+    out = []
+    for n, b, e, k, s in zip(in_sizes, begin, end, eff, strides):
+        span = n + b + e - k
+        if span < 0:
+            raise ValueError(f"the kernel (extent {k}) is larger than the padded input ({n + b + e})")
+        if ceil_mode:
+            o = math.ceil(span / s) + 1
+            if (o - 1) * s >= n + b:  # the last window must start inside the input or left pad
+                o -= 1
+        else:
+            o = span // s + 1
+        out.append(o)
+    return begin, end, out
+
+
+def pad_input(
+    xp: Any,
+    x: Any,
+    begin: Sequence[int],
+    end: Sequence[int],
+    out_sizes: Sequence[int],
+    kernel_ext: Sequence[int],
+    strides: Sequence[int],
+    value: Any,
+) -> Any:
+    """Pad spatial axes; extra end padding covers windows that ceil_mode lets run past the end."""
+    width = [(0, 0), (0, 0)]
+    for n, b, e, o, k, s in zip(x.shape[2:], begin, end, out_sizes, kernel_ext, strides):
+        need = (o - 1) * s + k - (n + b)
+        width.append((b, max(e, need, 0)))
+    if all(w == (0, 0) for w in width):
+        return x
+    return xp.pad(x, width, mode="constant", constant_values=value)
+
+
+def window_slices(
+    offsets: Sequence[int], dilations: Sequence[int], strides: Sequence[int], out_sizes: Sequence[int]
+) -> tuple[slice, ...]:
+    """Slices (after batch and channel) selecting, for one kernel offset, the element under it in every window."""
+    sl: list[slice] = [slice(None), slice(None)]
+    for i, d, s, o in zip(offsets, dilations, strides, out_sizes):
+        start = i * d
+        sl.append(slice(start, start + (o - 1) * s + 1, s))
+    return tuple(sl)
+
+
+def windows_view(
+    xp: Any, x: Any, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], out_sizes: Sequence[int]
+) -> Any:
+    """A strided view of shape (N, C, *out, *kernel) over padded ``x``; no copy."""
+    nd = len(kernel)
+    st = x.strides
+    shape = (*x.shape[:2], *out_sizes, *kernel)
+    strides_ = (*st[:2], *(st[2 + i] * strides[i] for i in range(nd)), *(st[2 + i] * dilations[i] for i in range(nd)))
+    if xp is np:
+        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides_, writeable=False)
+    return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides_)

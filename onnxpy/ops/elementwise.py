@@ -1,0 +1,439 @@
+"""Elementwise kernels: unary math, binary arithmetic with broadcasting, comparisons, logic,
+activations, variadic Sum/Mean/Max/Min, Where and Clip."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _erf
+from .registry import op
+
+# -- unary math ----------------------------------------------------------------------------------
+
+
+@op("Abs", 6)
+def abs_(xp: Any, x: Any) -> Any:
+    return xp.abs(x)
+
+
+@op("Neg", 6)
+def neg(xp: Any, x: Any) -> Any:
+    return xp.negative(x)
+
+
+@op("Reciprocal", 6)
+def reciprocal(xp: Any, x: Any) -> Any:
+    return xp.reciprocal(x)
+
+
+@op("Floor", 6)
+def floor(xp: Any, x: Any) -> Any:
+    return xp.floor(x)
+
+
+@op("Ceil", 6)
+def ceil(xp: Any, x: Any) -> Any:
+    return xp.ceil(x)
+
+
+@op("Round", 11)
+def round_(xp: Any, x: Any) -> Any:
+    return xp.round(x)  # numpy rounds half to even, as ONNX requires
+
+
+@op("Sqrt", 6)
+def sqrt(xp: Any, x: Any) -> Any:
+    return xp.sqrt(x)
+
+
+@op("Exp", 6)
+def exp(xp: Any, x: Any) -> Any:
+    return xp.exp(x)
+
+
+@op("Log", 6)
+def log(xp: Any, x: Any) -> Any:
+    return xp.log(x)
+
+
+@op("Sin", 7)
+def sin(xp: Any, x: Any) -> Any:
+    return xp.sin(x)
+
+
+@op("Cos", 7)
+def cos(xp: Any, x: Any) -> Any:
+    return xp.cos(x)
+
+
+@op("Tan", 7)
+def tan(xp: Any, x: Any) -> Any:
+    return xp.tan(x)
+
+
+@op("Asin", 7)
+def asin(xp: Any, x: Any) -> Any:
+    return xp.arcsin(x)
+
+
+@op("Acos", 7)
+def acos(xp: Any, x: Any) -> Any:
+    return xp.arccos(x)
+
+
+@op("Atan", 7)
+def atan(xp: Any, x: Any) -> Any:
+    return xp.arctan(x)
+
+
+@op("Sinh", 9)
+def sinh(xp: Any, x: Any) -> Any:
+    return xp.sinh(x)
+
+
+@op("Cosh", 9)
+def cosh(xp: Any, x: Any) -> Any:
+    return xp.cosh(x)
+
+
+@op("Asinh", 9)
+def asinh(xp: Any, x: Any) -> Any:
+    return xp.arcsinh(x)
+
+
+@op("Acosh", 9)
+def acosh(xp: Any, x: Any) -> Any:
+    return xp.arccosh(x)
+
+
+@op("Atanh", 9)
+def atanh(xp: Any, x: Any) -> Any:
+    return xp.arctanh(x)
+
+
+@op("Sign", 9)
+def sign(xp: Any, x: Any) -> Any:
+    return xp.sign(x)
+
+
+@op("Erf", 9)
+def erf(xp: Any, x: Any) -> Any:
+    if x.dtype.kind != "f" or x.dtype.itemsize < 2:
+        return _erf.erf(xp, x.astype(np.float32)).astype(x.dtype)
+    return _erf.erf(xp, x)
+
+
+@op("IsNaN", 9)
+def isnan(xp: Any, x: Any) -> Any:
+    return xp.isnan(x)
+
+
+@op("IsInf", 10)
+def isinf(xp: Any, x: Any, *, detect_negative: int = 1, detect_positive: int = 1) -> Any:
+    if detect_negative and detect_positive:
+        return xp.isinf(x)
+    if detect_negative:
+        return xp.isneginf(x)
+    if detect_positive:
+        return xp.isposinf(x)
+    return xp.zeros(x.shape, dtype=bool)
+
+
+@op("Not", 1)
+def not_(xp: Any, x: Any) -> Any:
+    return xp.logical_not(x)
+
+
+@op("BitwiseNot", 18)
+def bitwise_not(xp: Any, x: Any) -> Any:
+    return xp.invert(x)
+
+
+# -- activations ---------------------------------------------------------------------------------
+
+
+@op("Relu", 6, may_inplace={0: 0})
+def relu(xp: Any, x: Any, *, out: Any = None) -> Any:
+    if out is not None:
+        return xp.maximum(x, 0, out=out)
+    return xp.maximum(x, x.dtype.type(0))
+
+
+@op("Sigmoid", 6)
+def sigmoid(xp: Any, x: Any) -> Any:
+    # Split by sign so exp never overflows.
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+
+
+@op("Tanh", 6)
+def tanh(xp: Any, x: Any) -> Any:
+    return xp.tanh(x)
+
+
+@op("LeakyRelu", 6)
+def leaky_relu(xp: Any, x: Any, *, alpha: float = 0.01) -> Any:
+    return xp.where(x >= 0, x, x * x.dtype.type(alpha))
+
+
+@op("Elu", 6)
+def elu(xp: Any, x: Any, *, alpha: float = 1.0) -> Any:
+    return xp.where(x > 0, x, (xp.expm1(xp.minimum(x, 0)) * x.dtype.type(alpha))).astype(x.dtype, copy=False)
+
+
+@op("Selu", 6)
+def selu(xp: Any, x: Any, *, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875) -> Any:
+    t = x.dtype.type
+    neg = (xp.expm1(xp.minimum(x, 0)) * t(alpha)).astype(x.dtype, copy=False)
+    return (xp.where(x > 0, x, neg) * t(gamma)).astype(x.dtype, copy=False)
+
+
+@op("Celu", 12)
+def celu(xp: Any, x: Any, *, alpha: float = 1.0) -> Any:
+    t = x.dtype.type
+    return (xp.maximum(x, 0) + xp.minimum(0, t(alpha) * xp.expm1(x / t(alpha)))).astype(x.dtype, copy=False)
+
+
+@op("HardSigmoid", 6)
+def hard_sigmoid(xp: Any, x: Any, *, alpha: float = 0.2, beta: float = 0.5) -> Any:
+    t = x.dtype.type
+    return xp.clip(x * t(alpha) + t(beta), 0, 1).astype(x.dtype, copy=False)
+
+
+@op("HardSwish", 14)
+def hard_swish(xp: Any, x: Any) -> Any:
+    t = x.dtype.type
+    return (x * xp.clip(x * t(1 / 6) + t(0.5), 0, 1)).astype(x.dtype, copy=False)
+
+
+@op("ThresholdedRelu", 10)
+def thresholded_relu(xp: Any, x: Any, *, alpha: float = 1.0) -> Any:
+    return xp.where(x > x.dtype.type(alpha), x, x.dtype.type(0))
+
+
+@op("Softplus", 1)
+def softplus(xp: Any, x: Any) -> Any:
+    # log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|))
+    return (xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))).astype(x.dtype, copy=False)
+
+
+@op("Softsign", 1)
+def softsign(xp: Any, x: Any) -> Any:
+    return (x / (1 + xp.abs(x))).astype(x.dtype, copy=False)
+
+
+@op("Mish", 18)
+def mish(xp: Any, x: Any) -> Any:
+    return (x * xp.tanh(softplus(xp, x))).astype(x.dtype, copy=False)
+
+
+@op("Gelu", 20)
+def gelu(xp: Any, x: Any, *, approximate: str = "none") -> Any:
+    t = x.dtype.type
+    if approximate == "tanh":
+        inner = t(np.sqrt(2 / np.pi)) * (x + t(0.044715) * x * x * x)
+        return (t(0.5) * x * (1 + xp.tanh(inner))).astype(x.dtype, copy=False)
+    if approximate != "none":
+        raise ValueError(f"approximate must be 'none' or 'tanh', got '{approximate}'")
+    return (t(0.5) * x * (1 + erf(xp, x * t(1 / np.sqrt(2))))).astype(x.dtype, copy=False)
+
+
+@op("Shrink", 9)
+def shrink(xp: Any, x: Any, *, bias: float = 0.0, lambd: float = 0.5) -> Any:
+    t = x.dtype.type
+    return xp.where(x < -lambd, x + t(bias), xp.where(x > lambd, x - t(bias), t(0))).astype(x.dtype, copy=False)
+
+
+@op("PRelu", 7)
+def prelu(xp: Any, x: Any, slope: Any) -> Any:
+    return xp.where(x < 0, x * slope, x).astype(x.dtype, copy=False)
+
+
+# -- binary arithmetic ---------------------------------------------------------------------------
+
+
+@op("Add", 7, may_inplace={0: 0, 1: 0})
+def add(xp: Any, a: Any, b: Any, *, out: Any = None) -> Any:
+    if out is not None:
+        return xp.add(a, b, out=out)
+    return xp.add(a, b)
+
+
+@op("Sub", 7, may_inplace={0: 0, 1: 0})
+def sub(xp: Any, a: Any, b: Any, *, out: Any = None) -> Any:
+    if out is not None:
+        return xp.subtract(a, b, out=out)
+    return xp.subtract(a, b)
+
+
+@op("Mul", 7, may_inplace={0: 0, 1: 0})
+def mul(xp: Any, a: Any, b: Any, *, out: Any = None) -> Any:
+    if out is not None:
+        return xp.multiply(a, b, out=out)
+    return xp.multiply(a, b)
+
+
+@op("Div", 7)
+def div(xp: Any, a: Any, b: Any) -> Any:
+    if a.dtype.kind in "iu":
+        return _int_div_trunc(xp, a, b)
+    return xp.divide(a, b)
+
+
+def _int_div_trunc(xp: Any, a: Any, b: Any) -> Any:
+    """Integer division rounding toward zero (C semantics), as onnxruntime computes it."""
+    if xp.any(b == 0):
+        raise ZeroDivisionError("integer division by zero")
+    q = xp.floor_divide(a, b)
+    if a.dtype.kind == "i":
+        fix = (xp.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+        q = q + fix.astype(q.dtype)
+    return q
+
+
+@op("Pow", 7)
+def pow_(xp: Any, a: Any, b: Any) -> Any:
+    if a.dtype.kind in "iu":
+        if b.dtype.kind == "f":
+            return xp.power(a.astype(np.float64), b).astype(a.dtype)
+        return xp.power(a, b.astype(a.dtype))
+    return xp.power(a, b.astype(a.dtype, copy=False))
+
+
+@op("Mod", 10)
+def mod(xp: Any, a: Any, b: Any, *, fmod: int = 0) -> Any:
+    if fmod:
+        return xp.fmod(a, b)
+    if a.dtype.kind == "f":
+        raise ValueError("Mod with fmod=0 is defined for integers only; set fmod=1 for floating point")
+    if xp.any(b == 0):
+        raise ZeroDivisionError("integer modulo by zero")
+    return xp.remainder(a, b)
+
+
+@op("BitShift", 11)
+def bit_shift(xp: Any, a: Any, b: Any, *, direction: str) -> Any:
+    if direction == "LEFT":
+        return xp.left_shift(a, b)
+    if direction == "RIGHT":
+        return xp.right_shift(a, b)
+    raise ValueError(f"direction must be 'LEFT' or 'RIGHT', got '{direction}'")
+
+
+@op("BitwiseAnd", 18)
+def bitwise_and(xp: Any, a: Any, b: Any) -> Any:
+    return xp.bitwise_and(a, b)
+
+
+@op("BitwiseOr", 18)
+def bitwise_or(xp: Any, a: Any, b: Any) -> Any:
+    return xp.bitwise_or(a, b)
+
+
+@op("BitwiseXor", 18)
+def bitwise_xor(xp: Any, a: Any, b: Any) -> Any:
+    return xp.bitwise_xor(a, b)
+
+
+# -- comparisons and logic -----------------------------------------------------------------------
+
+
+@op("Equal", 7)
+def equal(xp: Any, a: Any, b: Any) -> Any:
+    return xp.equal(a, b)
+
+
+@op("Greater", 7)
+def greater(xp: Any, a: Any, b: Any) -> Any:
+    return xp.greater(a, b)
+
+
+@op("Less", 7)
+def less(xp: Any, a: Any, b: Any) -> Any:
+    return xp.less(a, b)
+
+
+@op("GreaterOrEqual", 12)
+def greater_equal(xp: Any, a: Any, b: Any) -> Any:
+    return xp.greater_equal(a, b)
+
+
+@op("LessOrEqual", 12)
+def less_equal(xp: Any, a: Any, b: Any) -> Any:
+    return xp.less_equal(a, b)
+
+
+@op("And", 7)
+def and_(xp: Any, a: Any, b: Any) -> Any:
+    return xp.logical_and(a, b)
+
+
+@op("Or", 7)
+def or_(xp: Any, a: Any, b: Any) -> Any:
+    return xp.logical_or(a, b)
+
+
+@op("Xor", 7)
+def xor(xp: Any, a: Any, b: Any) -> Any:
+    return xp.logical_xor(a, b)
+
+
+@op("Where", 9)
+def where(xp: Any, condition: Any, x: Any, y: Any) -> Any:
+    return xp.where(condition, x, y)
+
+
+# -- variadic ------------------------------------------------------------------------------------
+
+
+def _fold(xp: Any, fn: Any, inputs: tuple[Any, ...], what: str) -> Any:
+    if not inputs:
+        raise ValueError(f"{what} needs at least one input")
+    acc = inputs[0]
+    for x in inputs[1:]:
+        acc = fn(acc, x)
+    return acc if len(inputs) > 1 else xp.array(acc, copy=True)
+
+
+@op("Sum", 8)
+def sum_(xp: Any, *data: Any) -> Any:
+    return _fold(xp, xp.add, data, "Sum")
+
+
+@op("Mean", 8)
+def mean(xp: Any, *data: Any) -> Any:
+    total = _fold(xp, xp.add, data, "Mean")
+    return (total / total.dtype.type(len(data))).astype(total.dtype, copy=False)
+
+
+@op("Max", 8)
+def max_(xp: Any, *data: Any) -> Any:
+    return _fold(xp, xp.maximum, data, "Max")
+
+
+@op("Min", 8)
+def min_(xp: Any, *data: Any) -> Any:
+    return _fold(xp, xp.minimum, data, "Min")
+
+
+# -- Clip ----------------------------------------------------------------------------------------
+
+
+@op("Clip", 6)
+def clip_6(xp: Any, x: Any, *, min: float = -3.4028234663852886e38, max: float = 3.4028234663852886e38) -> Any:  # noqa: A002 - spec names
+    t = x.dtype.type
+    return xp.clip(x, t(min), t(max))
+
+
+@op("Clip", 11)
+def clip(xp: Any, x: Any, min: Any = None, max: Any = None) -> Any:  # noqa: A002 - spec names
+    lo = None if min is None else min.reshape(()).astype(x.dtype, copy=False)
+    hi = None if max is None else max.reshape(()).astype(x.dtype, copy=False)
+    if lo is None and hi is None:
+        return xp.array(x, copy=True)
+    if lo is not None and hi is not None:
+        # ONNX: values are first raised to min, then lowered to max (max wins if min > max).
+        return xp.minimum(xp.maximum(x, lo), hi)
+    return xp.maximum(x, lo) if lo is not None else xp.minimum(x, hi)

@@ -1,0 +1,422 @@
+"""Shape and layout kernels: Reshape, Flatten, (Un)Squeeze, Transpose, Concat, Split, Slice,
+Shape, Size, Constant(OfShape), Identity, Cast(Like), Range, Expand, Tile, Pad."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..model import dtypes
+from ._compat import check_alloc, host_ints, host_scalar, normalize_axes, normalize_axis
+from .registry import op
+
+# -- views ---------------------------------------------------------------------------------------
+
+
+def _reshape_target(shape_in: tuple[int, ...], shape: list[int], allowzero: int) -> list[int]:
+    out = list(shape)
+    if not allowzero:
+        for i, d in enumerate(out):
+            if d == 0:
+                if i >= len(shape_in):
+                    raise ValueError(f"shape {shape} copies dimension {i} (0) but the input has rank {len(shape_in)}")
+                out[i] = shape_in[i]
+    if out.count(-1) > 1:
+        raise ValueError(f"shape {shape} has more than one -1")
+    if any(d < -1 for d in out):
+        raise ValueError(f"shape {shape} has a negative dimension other than -1")
+    if -1 in out:
+        known = math.prod(d for d in out if d != -1)
+        total = math.prod(shape_in)
+        if known == 0 or total % known:
+            raise ValueError(f"cannot reshape {list(shape_in)} to {shape}: {total} elements do not divide into {known}")
+        out[out.index(-1)] = total // known
+    if math.prod(out) != math.prod(shape_in):
+        raise ValueError(
+            f"cannot reshape {list(shape_in)} ({math.prod(shape_in)} elements) to {shape} ({math.prod(out)} elements)"
+        )
+    return out
+
+
+@op("Reshape", 5, alias={0: 0}, host_inputs=(1,))
+def reshape(xp: Any, data: Any, shape: Any, *, allowzero: int = 0) -> Any:
+    return data.reshape(_reshape_target(data.shape, host_ints(shape), allowzero))
+
+
+@op("Flatten", 1, alias={0: 0})
+def flatten(xp: Any, input: Any, *, axis: int = 1) -> Any:  # noqa: A002 - spec name
+    if not -input.ndim <= axis <= input.ndim:
+        raise ValueError(
+            f"Flatten axis {axis} is out of range for rank {input.ndim} (expected [{-input.ndim}, {input.ndim}])"
+        )
+    if axis < 0:
+        axis += input.ndim
+    rows = math.prod(input.shape[:axis])
+    return input.reshape(rows, math.prod(input.shape[axis:]))
+
+
+@op("Squeeze", 1, alias={0: 0})
+def squeeze_1(xp: Any, data: Any, *, axes: list[int] | None = None) -> Any:
+    return squeeze(xp, data, axes)
+
+
+@op("Squeeze", 13, alias={0: 0}, host_inputs=(1,))
+def squeeze(xp: Any, data: Any, axes: Any = None) -> Any:
+    if axes is None or (hasattr(axes, "size") and axes.size == 0 and not isinstance(axes, list)):
+        return data.reshape([d for d in data.shape if d != 1])
+    ax = normalize_axes(host_ints(axes), data.ndim)
+    for a in ax:
+        if data.shape[a] != 1:
+            raise ValueError(f"cannot squeeze axis {a} of shape {list(data.shape)}: its size is {data.shape[a]}, not 1")
+    return data.reshape([d for i, d in enumerate(data.shape) if i not in ax])
+
+
+@op("Unsqueeze", 1, alias={0: 0})
+def unsqueeze_1(xp: Any, data: Any, *, axes: list[int]) -> Any:
+    return unsqueeze(xp, data, axes)
+
+
+@op("Unsqueeze", 13, alias={0: 0}, host_inputs=(1,))
+def unsqueeze(xp: Any, data: Any, axes: Any) -> Any:
+    rank = data.ndim + len(host_ints(axes))
+    ax = sorted(normalize_axes(host_ints(axes), rank))
+    shape = list(data.shape)
+    for a in ax:
+        shape.insert(a, 1)
+    return data.reshape(shape)
+
+
+@op("Transpose", 1, alias={0: 0})
+def transpose(xp: Any, data: Any, *, perm: list[int] | None = None) -> Any:
+    if perm is None:
+        return data.transpose()
+    if sorted(perm) != list(range(data.ndim)):
+        raise ValueError(f"perm {perm} is not a permutation of the {data.ndim} axes of shape {list(data.shape)}")
+    return data.transpose(perm)
+
+
+@op("Identity", 1, alias={0: 0})
+def identity(xp: Any, input: Any) -> Any:  # noqa: A002 - spec name
+    return input
+
+
+# -- joining and splitting -----------------------------------------------------------------------
+
+
+@op("Concat", 4)
+def concat(xp: Any, *inputs: Any, axis: int) -> Any:
+    if not inputs:
+        raise ValueError("Concat needs at least one input")
+    rank = inputs[0].ndim
+    axis = normalize_axis(axis, rank)
+    for x in inputs[1:]:
+        if x.ndim != rank:
+            raise ValueError(f"Concat inputs must have the same rank, got shapes {[list(i.shape) for i in inputs]}")
+    return xp.concatenate(inputs, axis=axis)
+
+
+def _split_sizes(length: int, split: list[int] | None, n_outputs: int, num_outputs: int | None) -> list[int]:
+    if split:
+        if sum(split) != length or any(s < 0 for s in split):
+            raise ValueError(f"split sizes {split} do not add up to the axis length {length}")
+        return split
+    n = num_outputs or n_outputs
+    if num_outputs is not None:
+        chunk = -(-length // n)
+        sizes = [chunk] * (n - 1) + [length - chunk * (n - 1)]
+        if sizes[-1] < 0:
+            raise ValueError(f"cannot split length {length} into {n} outputs")
+        return sizes
+    if length % n:
+        raise ValueError(f"axis length {length} does not split evenly into {n} outputs")
+    return [length // n] * n
+
+
+def _split(xp: Any, x: Any, axis: int, sizes: list[int]) -> tuple[Any, ...]:
+    axis = normalize_axis(axis, x.ndim)
+    out = []
+    start = 0
+    for s in sizes:
+        idx = [slice(None)] * x.ndim
+        idx[axis] = slice(start, start + s)
+        out.append(x[tuple(idx)])
+        start += s
+    return tuple(out)
+
+
+@op("Split", 2)
+def split_2(xp: Any, input: Any, *, axis: int = 0, split: list[int] | None = None, ctx: Any) -> Any:  # noqa: A002
+    return _split(
+        xp, input, axis, _split_sizes(input.shape[normalize_axis(axis, input.ndim)], split, ctx.n_outputs, None)
+    )
+
+
+@op("Split", 13, host_inputs=(1,))
+def split_13(xp: Any, input: Any, split: Any = None, *, axis: int = 0, ctx: Any) -> Any:  # noqa: A002
+    sizes = host_ints(split) if split is not None else None
+    return _split(
+        xp, input, axis, _split_sizes(input.shape[normalize_axis(axis, input.ndim)], sizes, ctx.n_outputs, None)
+    )
+
+
+@op("Split", 18, host_inputs=(1,))
+def split(xp: Any, input: Any, split: Any = None, *, axis: int = 0, num_outputs: int | None = None, ctx: Any) -> Any:  # noqa: A002
+    sizes = host_ints(split) if split is not None else None
+    if sizes is not None and num_outputs is not None:
+        raise ValueError("Split takes either the 'split' input or the 'num_outputs' attribute, not both")
+    return _split(
+        xp, input, axis, _split_sizes(input.shape[normalize_axis(axis, input.ndim)], sizes, ctx.n_outputs, num_outputs)
+    )
+
+
+# -- slicing -------------------------------------------------------------------------------------
+
+
+def _slice(x: Any, starts: list[int], ends: list[int], axes: list[int] | None, steps: list[int] | None) -> Any:
+    if axes is None:
+        axes = list(range(len(starts)))
+    axes = normalize_axes(axes, x.ndim)
+    if steps is None:
+        steps = [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ValueError(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} must have the same length")
+    idx: list[slice] = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        if st == 0:
+            raise ValueError("slice step cannot be 0")
+        dim = x.shape[a]
+        # Clamp as the spec says: start to [0, dim] (forward) or [0, dim - 1] (backward),
+        # end to [0, dim] (forward) or [-1, dim - 1] (backward, -1 meaning "past the front").
+        if s < 0:
+            s += dim
+        if e < 0:
+            e += dim
+        if st > 0:
+            idx[a] = slice(min(max(s, 0), dim), min(max(e, 0), dim), st)
+        elif dim == 0:
+            idx[a] = slice(0, 0)
+        else:
+            s = min(max(s, 0), dim - 1)
+            e = min(max(e, -1), dim - 1)
+            idx[a] = slice(s, e if e >= 0 else None, st)
+    return x[tuple(idx)]
+
+
+@op("Slice", 1, alias={0: 0})
+def slice_1(xp: Any, data: Any, *, starts: list[int], ends: list[int], axes: list[int] | None = None) -> Any:
+    return _slice(data, starts, ends, axes, None)
+
+
+@op("Slice", 10, alias={0: 0}, host_inputs=(1, 2, 3, 4))
+def slice_(xp: Any, data: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> Any:
+    return _slice(
+        data,
+        host_ints(starts),
+        host_ints(ends),
+        None if axes is None else host_ints(axes),
+        None if steps is None else host_ints(steps),
+    )
+
+
+# -- shapes and constants ------------------------------------------------------------------------
+
+
+@op("Shape", 1)
+def shape(xp: Any, data: Any, *, start: int = 0, end: int | None = None) -> Any:
+    dims = list(data.shape)
+    r = len(dims)
+    s = min(max(start + r if start < 0 else start, 0), r)
+    e = r if end is None else min(max(end + r if end < 0 else end, 0), r)
+    return xp.asarray(dims[s:e], dtype=np.int64)
+
+
+@op("Size", 1)
+def size(xp: Any, data: Any) -> Any:
+    return xp.asarray(int(math.prod(data.shape)), dtype=np.int64)
+
+
+@op("ConstantOfShape", 9, host_inputs=(0,))
+def constant_of_shape(xp: Any, input: Any, *, value: Any = None, ctx: Any = None) -> Any:  # noqa: A002
+    dims = host_ints(input)
+    fill = np.zeros(1, dtype=np.float32) if value is None else np.asarray(value).reshape(-1)
+    if fill.size != 1:
+        raise ValueError(f"ConstantOfShape 'value' must hold one element, it holds {fill.size}")
+    check_alloc(dims, fill.dtype, ctx, "ConstantOfShape")
+    return xp.full(dims, fill[0], dtype=fill.dtype)
+
+
+@op("Constant", 1)
+def constant(
+    xp: Any,
+    *,
+    value: Any = None,
+    sparse_value: Any = None,
+    value_float: float | None = None,
+    value_floats: list[float] | None = None,
+    value_int: int | None = None,
+    value_ints: list[int] | None = None,
+    value_string: str | None = None,
+    value_strings: list[str] | None = None,
+) -> Any:
+    given = [
+        (k, v)
+        for k, v in (
+            ("value", value),
+            ("sparse_value", sparse_value),
+            ("value_float", value_float),
+            ("value_floats", value_floats),
+            ("value_int", value_int),
+            ("value_ints", value_ints),
+            ("value_string", value_string),
+            ("value_strings", value_strings),
+        )
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(f"Constant needs exactly one value attribute, got {[k for k, _ in given] or 'none'}")
+    key, v = given[0]
+    if key in ("value", "sparse_value"):
+        arr = np.asarray(v)
+    elif key == "value_float":
+        arr = np.asarray(v, dtype=np.float32)
+    elif key == "value_floats":
+        arr = np.asarray(v, dtype=np.float32)
+    elif key == "value_int":
+        arr = np.asarray(v, dtype=np.int64)
+    elif key == "value_ints":
+        arr = np.asarray(v, dtype=np.int64)
+    elif key == "value_string":
+        arr = np.asarray(v, dtype=object)
+    else:
+        arr = np.asarray(v, dtype=object)
+    if arr.dtype.hasobject:
+        return arr
+    return xp.asarray(arr)
+
+
+# -- casting -------------------------------------------------------------------------------------
+
+_SATURATING = {
+    dtypes.np_dtype(e)
+    for e in (17, 18, 19, 20)  # float8 types
+}
+
+
+def cast_array(xp: Any, x: Any, target: np.dtype, saturate: int = 1) -> Any:
+    if x.dtype == target:
+        return x
+    if target.hasobject:
+        if x.dtype.hasobject:
+            return x.copy()
+        host = np.asarray(x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x)
+        if host.dtype.kind == "f":
+            return np.array([_float_to_str(v) for v in host.reshape(-1)], dtype=object).reshape(host.shape)
+        return host.astype(str).astype(object)
+    if x.dtype.hasobject:
+        return xp.asarray(np.asarray(x, dtype=str).astype(np.float64 if target.kind == "f" else target).astype(target))
+    if target in _SATURATING and saturate and x.dtype.kind == "f":
+        info = _fp8_max(target)
+        x = xp.clip(x, -info, info)
+    if target == np.bool_:
+        return x != 0
+    return x.astype(target)
+
+
+def _fp8_max(dt: np.dtype) -> float:
+    import ml_dtypes
+
+    return float(ml_dtypes.finfo(dt).max)
+
+
+def _float_to_str(v: Any) -> str:
+    f = float(v)
+    if math.isnan(f):
+        return "NaN"
+    if math.isinf(f):
+        return "INF" if f > 0 else "-INF"
+    return repr(np.float32(f).item()) if isinstance(v, np.float32) else repr(f)
+
+
+@op("Cast", 6)
+def cast(xp: Any, input: Any, *, to: int, saturate: int = 1, round_mode: str = "up") -> Any:  # noqa: A002
+    return cast_array(xp, input, dtypes.np_dtype(to), saturate)
+
+
+@op("CastLike", 15)
+def cast_like(xp: Any, input: Any, target_type: Any, *, saturate: int = 1, round_mode: str = "up") -> Any:  # noqa: A002
+    return cast_array(xp, input, target_type.dtype, saturate)
+
+
+# -- generators and broadcasting -----------------------------------------------------------------
+
+
+@op("Range", 11)
+def range_(xp: Any, start: Any, limit: Any, delta: Any, *, stash_type: int = 1, ctx: Any = None) -> Any:
+    s, l, d = host_scalar(start), host_scalar(limit), host_scalar(delta)
+    if d == 0:
+        raise ValueError("Range delta cannot be 0")
+    n = max(int(math.ceil((l - s) / d)), 0)
+    check_alloc([n], start.dtype, ctx, "Range")
+    if start.dtype.kind in "iu":
+        return xp.asarray(s + d * np.arange(n, dtype=np.int64), dtype=start.dtype)
+    return (xp.asarray(s, dtype=np.float64) + xp.arange(n, dtype=np.float64) * d).astype(start.dtype)
+
+
+@op("Expand", 8, host_inputs=(1,))
+def expand(xp: Any, input: Any, shape: Any, *, ctx: Any = None) -> Any:  # noqa: A002
+    dims = host_ints(shape)
+    try:
+        out_shape = np.broadcast_shapes(tuple(input.shape), tuple(dims))
+    except ValueError:
+        raise ValueError(f"cannot expand shape {list(input.shape)} to {dims}") from None
+    check_alloc(out_shape, input.dtype, ctx, "Expand")
+    return xp.broadcast_to(input, out_shape).copy()
+
+
+@op("Tile", 6, host_inputs=(1,))
+def tile(xp: Any, input: Any, repeats: Any, *, ctx: Any = None) -> Any:  # noqa: A002
+    reps = host_ints(repeats)
+    if len(reps) != input.ndim:
+        raise ValueError(f"repeats {reps} must have one entry per axis of shape {list(input.shape)}")
+    if any(r < 0 for r in reps):
+        raise ValueError(f"repeats {reps} must not be negative")
+    check_alloc([d * r for d, r in zip(input.shape, reps)], input.dtype, ctx, "Tile")
+    return xp.tile(input, reps)
+
+
+def _pad(xp: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int] | None) -> Any:
+    rank = x.ndim
+    axes = list(range(rank)) if axes is None else normalize_axes(axes, rank)
+    if len(pads) != 2 * len(axes):
+        raise ValueError(f"pads {pads} must have 2 entries per padded axis ({len(axes)} axes)")
+    begin = [0] * rank
+    end = [0] * rank
+    for i, a in enumerate(axes):
+        begin[a] = pads[i]
+        end[a] = pads[i + len(axes)]
+    # Negative pads crop first.
+    crop = tuple(slice(max(-b, 0), x.shape[k] - max(-e, 0)) for k, (b, e) in enumerate(zip(begin, end)))
+    x = x[crop]
+    width = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+    if mode == "constant":
+        return xp.pad(x, width, mode="constant", constant_values=value)
+    if mode == "reflect":
+        return xp.pad(x, width, mode="reflect")
+    if mode == "edge":
+        return xp.pad(x, width, mode="edge")
+    if mode == "wrap":
+        return xp.pad(x, width, mode="wrap")
+    raise ValueError(f"Pad mode must be constant, reflect, edge or wrap, got '{mode}'")
+
+
+@op("Pad", 2)
+def pad_2(xp: Any, data: Any, *, pads: list[int], mode: str = "constant", value: float = 0.0) -> Any:
+    return _pad(xp, data, pads, mode, data.dtype.type(value), None)
+
+
+@op("Pad", 11, host_inputs=(1, 2, 3))
+def pad(xp: Any, data: Any, pads: Any, constant_value: Any = None, axes: Any = None, *, mode: str = "constant") -> Any:
+    v = data.dtype.type(0) if constant_value is None or constant_value.size == 0 else constant_value.reshape(())
+    return _pad(xp, data, host_ints(pads), mode, v, None if axes is None else host_ints(axes))

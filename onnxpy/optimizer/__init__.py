@@ -1,0 +1,1 @@
+"""Graph optimizer: passes that rewrite a Graph without changing what it computes."""

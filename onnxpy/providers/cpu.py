@@ -1,0 +1,44 @@
+"""The CPU provider: numpy arrays in host memory."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from .base import Provider
+
+
+class CPUProvider(Provider):
+    name = "CPUExecutionProvider"
+    device_type = "cpu"
+    xp = np
+
+    def __init__(self, device_id: int = 0) -> None:
+        self.device_id = device_id
+
+    def from_host(self, array: np.ndarray) -> np.ndarray:
+        return array
+
+    def to_host(self, array: Any) -> np.ndarray:
+        return np.asarray(array)
+
+    def wrap_pointer(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, owner: Any = None) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        if dtype.hasobject:
+            raise TypeError("string tensors cannot be bound by pointer; bind a numpy array instead")
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        nbytes = count * dtype.itemsize
+        if nbytes == 0:
+            return np.empty(shape, dtype=dtype)
+        if not ptr:
+            raise ValueError(f"buffer_ptr is 0 (null) but shape {list(shape)} needs {nbytes} bytes")
+        raw = (ctypes.c_char * nbytes).from_address(int(ptr))
+        return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+
+    def from_dlpack(self, obj: Any) -> np.ndarray:
+        return np.from_dlpack(obj)
+
+    def is_device_array(self, obj: Any) -> bool:
+        return isinstance(obj, np.ndarray)

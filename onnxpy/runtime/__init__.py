@@ -1,0 +1,1 @@
+"""Running plans: the executor, compiled graphs and subgraphs."""

@@ -1,0 +1,124 @@
+"""Binding: one kernel per node, attributes decoded and applied once at session creation."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import onnx
+
+from ..api import errors
+from ..api.errors import InvalidGraph
+from ..ir.graph import Graph, Node, free_names_of_subgraphs
+from ..ops import registry
+from ..planner.build import BoundNode
+
+SubgraphCompiler = Callable[[Graph, Node, str], Any]
+
+
+def schema_for(node: Node) -> Any:
+    try:
+        return onnx.defs.get_schema(node.op_type, max_inclusive_version=node.opset, domain=node.domain)
+    except Exception:  # noqa: BLE001 - onnx raises SchemaError for unknown ops
+        return None
+
+
+def resolve_kernel(node: Node, provider_name: str | None) -> registry.OpDef:
+    opdef = registry.resolve(node.domain, node.op_type, node.opset, provider_name)
+    if opdef is not None:
+        return opdef
+    domain = node.domain or "ai.onnx"
+    have = registry.versions(node.domain, node.op_type)
+    if have:
+        detail = f"onnxpy implements it from opset {have[0]} (versions {have}), the model uses opset {node.opset}"
+    elif schema_for(node) is None:
+        detail = f"no operator '{node.op_type}' exists in domain '{domain}' at opset {node.opset}"
+    else:
+        detail = "onnxpy has no kernel for it yet"
+    raise errors.NotImplemented(
+        f"Could not find an implementation for {node.op_type}({node.opset}) node with name '{node.name}' "
+        f"(domain '{domain}', opset {node.opset}): {detail}"
+    )
+
+
+@functools.cache
+def _required_attributes(fn: Callable[..., Any]) -> frozenset[str]:
+    sig = inspect.signature(fn)
+    return frozenset(
+        p.name
+        for p in sig.parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+        and p.default is inspect.Parameter.empty
+        and p.name not in registry.RUNTIME_PARAMS
+    )
+
+
+def bind_node(
+    node: Node,
+    graph: Graph,
+    provider_name: str,
+    compile_subgraph: SubgraphCompiler,
+    session_facts: Any = None,
+) -> BoundNode:
+    opdef = resolve_kernel(node, provider_name)
+    kwargs: dict[str, Any] = {}
+    schema = None
+    for key, value in node.attrs.items():
+        if key not in opdef.attributes and not opdef.open_attributes:
+            schema = schema or schema_for(node)
+            known = schema is not None and key in schema.attributes
+            if known:
+                raise errors.NotImplemented(
+                    f"{node.describe()}: attribute '{key}' is not supported by onnxpy's {opdef.qualified_name} kernel"
+                )
+            # Attributes unknown to the schema (old exporters' leftovers such as 'is_test' or
+            # 'consumed_inputs') carry no meaning the kernel could honour; onnx's checker
+            # flags them, we ignore them.
+            continue
+        if isinstance(value, Graph):
+            value = compile_subgraph(value, node, key)
+        elif isinstance(value, list) and value and isinstance(value[0], Graph):
+            value = [compile_subgraph(g, node, key) for g in value]
+        kwargs[key] = value
+    missing = _required_attributes(opdef.fn) - set(kwargs)
+    if missing:
+        raise InvalidGraph(f"{node.describe()} is missing required attribute(s) {sorted(missing)}")
+    implicit = tuple(sorted(free_names_of_subgraphs(node)))
+    if opdef.wants_ctx:
+        kwargs["ctx"] = registry.NodeContext(
+            name=node.name,
+            op_type=node.op_type,
+            domain=node.domain,
+            opset=node.opset,
+            n_inputs=len(node.inputs),
+            n_outputs=len(node.outputs),
+            outputs_used=tuple(bool(o) for o in node.outputs),
+            input_elem_types=tuple(graph.elem_type(i) or 0 if i else 0 for i in node.inputs),
+            output_elem_types=tuple(graph.elem_type(o) or 0 if o else 0 for o in node.outputs),
+            input_shapes=tuple(_shape_tuple(graph, i) for i in node.inputs),
+            output_shapes=tuple(_shape_tuple(graph, o) for o in node.outputs),
+            implicit_inputs=implicit,
+            session=session_facts,
+        )
+    fn = functools.partial(opdef.fn, **kwargs) if kwargs else opdef.fn
+    return BoundNode(
+        fn=fn,
+        op_type=node.op_type,
+        domain=node.domain,
+        name=node.name,
+        describe=node.describe(),
+        inputs=(*node.inputs, *implicit),
+        outputs=tuple(node.outputs),
+        single_output=len(node.outputs) == 1,
+        may_inplace=tuple(opdef.may_inplace.items()),
+        accepts_out=opdef.accepts_out,
+    )
+
+
+def _shape_tuple(graph: Graph, name: str) -> tuple[Any, ...] | None:
+    if not name:
+        return None
+    s = graph.shape(name)
+    return None if s is None else tuple(s)

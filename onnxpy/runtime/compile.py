@@ -1,0 +1,76 @@
+"""Session creation after loading: validate, infer types, build the graph, optimize, compile."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import onnx
+from onnx import ModelProto
+
+from ..api.errors import InvalidGraph
+from ..ir.functions import expand_functions, local_function_table
+from ..ir.graph import Graph, graph_from_proto, normalize_domain, topological_sort
+from ..ops import registry
+
+
+def model_opsets(model: ModelProto) -> dict[str, int]:
+    opsets: dict[str, int] = {}
+    for imp in model.opset_import:
+        dom = normalize_domain(imp.domain)
+        if dom in opsets and opsets[dom] != imp.version:
+            raise InvalidGraph(
+                f"the model imports domain '{imp.domain or 'ai.onnx'}' twice, at opsets {opsets[dom]} and {imp.version}"
+            )
+        opsets[dom] = imp.version
+    if not model.opset_import:
+        opsets[""] = 1  # IR version < 3: the default domain at its first version
+    return opsets
+
+
+def apply_free_dimension_overrides(model: ModelProto, overrides: Mapping[str, int]) -> None:
+    """Replace named dimensions of graph inputs (e.g. 'batch') by fixed values."""
+    if not overrides:
+        return
+    for vi in model.graph.input:
+        if not vi.type.HasField("tensor_type"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in overrides:
+                d.dim_value = int(overrides[d.dim_param])
+
+
+def infer_types(model: ModelProto) -> dict[str, onnx.TypeProto]:
+    """Types of intermediate values, from onnx's shape inference (empty where it cannot say)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is a help, not a requirement
+        return {}
+    return {vi.name: vi.type for vi in inferred.graph.value_info if vi.HasField("type")}
+
+
+def validate(model: ModelProto) -> None:
+    """onnx's checker (structure, attribute types, opset imports); failures are InvalidGraph."""
+    if model.ByteSize() > 2_000_000_000:  # the checker cannot take protos over 2 GB in memory
+        return
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise InvalidGraph(f"the model is not valid ONNX: {str(e).strip()}") from None
+
+
+def build_graph(model: ModelProto, *, check: bool = True) -> Graph:
+    """ModelProto -> Graph with types inferred, functions expanded, nodes topologically sorted."""
+    if not model.HasField("graph"):
+        raise InvalidGraph("the model has no graph")
+    opsets = model_opsets(model)
+    if check:
+        validate(model)
+    types = infer_types(model)
+    graph = graph_from_proto(model.graph, opsets, types)
+    names = [vi.name for vi in model.graph.input]
+    if len(set(names)) != len(names):
+        raise InvalidGraph(f"graph inputs have duplicate names: {names}")
+    local = local_function_table(model.functions)
+    expand_functions(graph, local, lambda n: registry.resolve(n.domain, n.op_type, n.opset) is not None)
+    topological_sort(graph)
+    return graph

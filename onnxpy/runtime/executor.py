@@ -1,0 +1,90 @@
+"""The executor: interprets an ExecutionPlan. No per-run state lives anywhere but here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..api.errors import EngineError, OnnxpyError, RuntimeException
+from ..planner.plan import ExecutionPlan, Step
+
+# An observer sees each step: before(plan, step, values) -> token, after(plan, step, token, values).
+Observer = Any
+
+
+class RunTerminated(EngineError):
+    pass
+
+
+def execute(
+    plan: ExecutionPlan,
+    xp: Any,
+    feeds: dict[int, Any],
+    fetch_ids: list[int] | None = None,
+    terminate: Callable[[], bool] | None = None,
+    observer: Observer | None = None,
+) -> list[Any]:
+    """Run every step of ``plan`` and return the fetched values.
+
+    ``feeds`` maps value ids to arrays already on the provider's device. ``terminate`` is
+    polled between steps (RunOptions.terminate). ``observer`` (profiling, debugging) wraps
+    each step; without one the loop does nothing but call kernels.
+    """
+    values = plan.template.copy()
+    for i, v in feeds.items():
+        values[i] = v
+    if terminate is None and observer is None:
+        for step in plan.steps:
+            _run_step(step, values, xp)
+            for i in step.release:
+                values[i] = None
+    else:
+        for step in plan.steps:
+            if terminate is not None and terminate():
+                raise RunTerminated(f"Exiting due to terminate flag being set to true (before {step.describe})")
+            token = observer.before(plan, step, values) if observer is not None else None
+            _run_step(step, values, xp)
+            if observer is not None:
+                observer.after(plan, step, token, values)
+            for i in step.release:
+                values[i] = None
+    ids = plan.fetch_ids if fetch_ids is None else fetch_ids
+    return [values[i] for i in ids]
+
+
+def _run_step(step: Step, values: list[Any], xp: Any) -> None:
+    args = [values[i] for i in step.inputs]
+    try:
+        result = step.fn(xp, *args)
+    except OnnxpyError as e:
+        if step.describe in str(e):
+            raise
+        raise type(e)(f"{step.describe}: {e}") from e
+    except Exception as e:  # noqa: BLE001 - a kernel failure is reported naming the node
+        raise RuntimeException(
+            f"Non-zero status code returned while running {step.op_type} node. Name:'{step.node_name}' "
+            f"Status Message: {step.describe} failed: {type(e).__name__}: {e} (input shapes: {_shapes(args)})"
+        ) from e
+    # Kernels of ops with optional outputs return a tuple; a tuple is never a value itself.
+    if step.single_output:
+        values[step.outputs[0]] = result[0] if result.__class__ is tuple else result
+    else:
+        if result.__class__ is not tuple or len(result) < len(step.outputs):
+            got = f"{len(result)} outputs" if isinstance(result, tuple) else type(result).__name__
+            raise RuntimeException(f"{step.describe}: kernel returned {got}, expected {len(step.outputs)} outputs")
+        for i, r in zip(step.outputs, result):
+            values[i] = r
+
+
+def _shapes(args: list[Any]) -> str:
+    out = []
+    for a in args:
+        if a is None:
+            out.append("absent")
+        elif hasattr(a, "shape"):
+            out.append(f"{getattr(a, 'dtype', '?')}{list(a.shape)}")
+        elif isinstance(a, list):
+            out.append(f"sequence[{len(a)}]")
+        else:
+            out.append(type(a).__name__)
+    return ", ".join(out)

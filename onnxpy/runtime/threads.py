@@ -1,0 +1,80 @@
+"""Control of the BLAS thread pool numpy uses (intra_op_num_threads), without extra dependencies.
+
+numpy wheels bundle OpenBLAS under a prefixed symbol name; we look the setter up once through
+ctypes. Where no known BLAS is found, the option has no effect (and ``blas_threads_supported``
+says so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import os
+import threading
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+_SETTERS = (
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+    ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
+    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+    ("openblas_set_num_threads", "openblas_get_num_threads"),
+)
+_lock = threading.Lock()
+_found: tuple[Callable[[int], None], Callable[[], int]] | None | bool = False
+
+
+def _find() -> tuple[Callable[[int], None], Callable[[], int]] | None:
+    global _found
+    if _found is not False:
+        return _found  # type: ignore[return-value]
+    root = os.path.dirname(np.__file__)
+    candidates = glob.glob(os.path.join(root, "..", "numpy.libs", "*openblas*")) + glob.glob(
+        os.path.join(root, ".dylibs", "*openblas*")
+    )
+    result = None
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for set_name, get_name in _SETTERS:
+            if hasattr(lib, set_name) and hasattr(lib, get_name):
+                setter = getattr(lib, set_name)
+                getter = getattr(lib, get_name)
+                setter.argtypes = [ctypes.c_int]
+                getter.restype = ctypes.c_int
+                result = (setter, getter)
+                break
+        if result:
+            break
+    _found = result
+    return result
+
+
+def blas_threads_supported() -> bool:
+    return _find() is not None
+
+
+def get_blas_threads() -> int:
+    f = _find()
+    return int(f[1]()) if f else 0
+
+
+@contextlib.contextmanager
+def blas_threads(n: int) -> Iterator[None]:
+    """Run the body with the BLAS pool capped at ``n`` threads (0: leave it alone)."""
+    f = _find() if n > 0 else None
+    if not f:
+        yield
+        return
+    with _lock:
+        before = int(f[1]())
+        f[0](int(n))
+    try:
+        yield
+    finally:
+        with _lock:
+            f[0](before)

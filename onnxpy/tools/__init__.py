@@ -1,0 +1,1 @@
+"""User tools: profiling, debugging observers, the command line."""
