@@ -1,0 +1,3 @@
+"""conv_extra kernels."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""math kernels (being written)."""
+
+from __future__ import annotations

@@ -1,0 +1,1 @@
+"""ai.onnx.ml kernels; importing this package registers them."""

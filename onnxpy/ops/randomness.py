@@ -1,0 +1,3 @@
+"""randomness kernels."""
+
+from __future__ import annotations

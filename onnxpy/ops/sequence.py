@@ -1,0 +1,3 @@
+"""sequence kernels."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""signal kernels."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""strings kernels."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""training kernels."""
+
+from __future__ import annotations

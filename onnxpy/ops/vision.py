@@ -1,0 +1,3 @@
+"""vision kernels."""
+
+from __future__ import annotations
