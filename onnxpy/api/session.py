@@ -111,6 +111,7 @@ class InferenceSession:
         self._debug_compiled: CompiledGraph | None = None
 
         model, _folder = load_model(path_or_bytes, opts.config("session.model_external_initializers_file_folder_path"))
+        loaded = time.perf_counter()
         self._meta = ModelMetadata(
             producer_name=model.producer_name,
             graph_name=model.graph.name,
@@ -132,8 +133,11 @@ class InferenceSession:
         if opts.enable_profiling:
             from ..tools.profiler import Profiler
 
-            self._profiler = Profiler(opts.profile_file_prefix)
-            self._profiler.session_event("model_loading_and_session_initialization", started, time.perf_counter())
+            # onnxruntime's session events: loading, then everything else of creation.
+            self._profiler = Profiler(opts.profile_file_prefix, start=started)
+            loading = "model_loading_uri" if self._model_path is not None else "model_loading_array"
+            self._profiler.session_event(loading, started, loaded)
+            self._profiler.session_event("session_initialization", loaded, time.perf_counter())
         self.creation_seconds = time.perf_counter() - started
 
     # -- creation helpers ------------------------------------------------------------------------

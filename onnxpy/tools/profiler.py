@@ -1,4 +1,18 @@
-"""Chrome-trace profiling in onnxruntime's event format (opens in Perfetto / chrome://tracing)."""
+"""Chrome-trace profiling in onnxruntime's event format (opens in Perfetto / chrome://tracing).
+
+The trace is a JSON array of complete events (``"ph": "X"``), one per line, as onnxruntime
+writes them:
+
+- ``cat: "Session"``: ``model_loading_uri`` (or ``model_loading_array``),
+  ``session_initialization`` and one ``model_run`` per run;
+- ``cat: "Node"``: one ``<node name>_kernel_time`` per executed node, with ``args`` holding
+  ``op_name``, ``provider``, ``node_index``, ``input_type_shape``, ``output_type_shape`` and
+  the byte counts ``output_size``, ``activation_size``, ``parameter_size`` (strings, as in
+  onnxruntime).
+
+``ts`` and ``dur`` are integer microseconds; ``ts`` counts from the start of profiling, which is
+the start of session creation.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +21,22 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ..model import dtypes
 
 
-def type_shape(values: list[Any]) -> list[dict[str, Any]]:
-    """onnxruntime's input_type_shape / output_type_shape entries: [{"float": [1, 3]}, ...]."""
+def _type_name(dt: Any) -> str:
+    try:
+        return dtypes.ELEM_TO_NAME[dtypes.elem_type(dt)]
+    except (ValueError, TypeError, KeyError):
+        return str(dt)
+
+
+def type_shape(values: Iterable[Any]) -> list[dict[str, Any]]:
+    """onnxruntime's input_type_shape / output_type_shape entries: ``[{"float": [1, 3]}, ...]``."""
     out: list[dict[str, Any]] = []
     for v in values:
         if v is None:
@@ -21,53 +44,85 @@ def type_shape(values: list[Any]) -> list[dict[str, Any]]:
         if isinstance(v, list):
             out.append({"sequence": len(v)})
             continue
-        dt = getattr(v, "dtype", None)
-        try:
-            name = dtypes.ELEM_TO_NAME[dtypes.elem_type(dt)]
-        except (ValueError, TypeError):
-            name = str(dt)
-        out.append({name: [int(d) for d in getattr(v, "shape", ())]})
+        out.append({_type_name(getattr(v, "dtype", None)): [int(d) for d in getattr(v, "shape", ())]})
     return out
 
 
+def nbytes(values: Iterable[Any]) -> int:
+    total = 0
+    for v in values:
+        if isinstance(v, list):
+            total += nbytes(v)
+        elif v is not None:
+            total += int(getattr(v, "nbytes", 0) or 0)
+    return total
+
+
 class Profiler:
-    def __init__(self, prefix: str) -> None:
+    """Collects events for one session; ``write()`` saves them and returns the file's path."""
+
+    def __init__(self, prefix: str, start: float | None = None) -> None:
+        """``start``: a ``time.perf_counter()`` reading taken when profiling began (default: now)."""
         self.prefix = prefix or "onnxpy_profile_"
-        self.start_ns = time.perf_counter_ns()
-        self._wall_start = datetime.datetime.now()
+        if start is None:
+            start = time.perf_counter()
+        self.start_s = start
+        # perf_counter and monotonic_ns share CLOCK_MONOTONIC on Linux: the start in ns is
+        # comparable with time.monotonic_ns(), as onnxruntime documents for its start time.
+        self.start_ns = int(start * 1e9)
+        now = datetime.datetime.now() - datetime.timedelta(seconds=max(0.0, time.perf_counter() - start))
+        self._stamp = now.strftime("%Y-%m-%d_%H-%M-%S") + f"_{now.microsecond // 1000:03d}"
         self._events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.pid = os.getpid()
 
     def _us(self, t: float) -> int:
-        return int((t * 1e9 - self.start_ns) / 1000)
+        return int(round((t - self.start_s) * 1e6))
 
-    def session_event(self, name: str, start: float, end: float) -> None:
-        self._add(
-            {"cat": "Session", "name": name, "ts": self._us(start), "dur": max(0, int((end - start) * 1e6)), "args": {}}
-        )
+    def session_event(self, name: str, start: float, end: float, args: dict[str, Any] | None = None) -> None:
+        self._add("Session", name, start, end, args or {})
 
     def node_event(
-        self, step: Any, start: float, end: float, inputs: list[Any], outputs: list[Any], provider: str
+        self,
+        step: Any,
+        start: float,
+        end: float,
+        inputs: list[Any],
+        outputs: list[Any],
+        provider: str,
+        parameter_bytes: int = 0,
     ) -> None:
+        """One executed node. ``parameter_bytes``: the part of the inputs that are constants."""
+        in_bytes = nbytes(inputs)
         self._add(
+            "Node",
+            f"{step.node_name or step.op_type + '_' + str(step.index)}_kernel_time",
+            start,
+            end,
             {
-                "cat": "Node",
-                "name": f"{step.node_name or step.op_type + '_' + str(step.index)}_kernel_time",
-                "ts": self._us(start),
-                "dur": max(0, int((end - start) * 1e6)),
-                "args": {
-                    "op_name": step.op_type,
-                    "node_index": str(step.index),
-                    "provider": provider,
-                    "input_type_shape": type_shape(inputs),
-                    "output_type_shape": type_shape(outputs),
-                },
-            }
+                "op_name": step.op_type,
+                "node_index": str(step.index),
+                "provider": provider,
+                "input_type_shape": type_shape(inputs),
+                "output_type_shape": type_shape(outputs),
+                "output_size": str(nbytes(outputs)),
+                "activation_size": str(in_bytes - parameter_bytes),
+                "parameter_size": str(parameter_bytes),
+            },
         )
 
-    def _add(self, event: dict[str, Any]) -> None:
-        event.update({"ph": "X", "pid": self.pid, "tid": threading.get_ident() % (1 << 31)})
+    def _add(self, cat: str, name: str, start: float, end: float, args: dict[str, Any]) -> None:
+        ts = self._us(start)
+        event = {
+            "cat": cat,
+            "pid": self.pid,
+            "tid": threading.get_native_id(),
+            "dur": max(0, self._us(end) - ts),
+            "ts": ts,
+            "ph": "X",
+            "name": name,
+            "args": args,
+        }
         with self._lock:
             self._events.append(event)
 
@@ -77,12 +132,64 @@ class Profiler:
             return list(self._events)
 
     def write(self) -> str:
-        stamp = self._wall_start.strftime("%Y-%m-%d_%H-%M-%S")
-        path = f"{self.prefix}{stamp}.json"
+        """Write ``<prefix>_<date>_<time>.json`` (onnxruntime's naming) and return its path."""
+        base = f"{self.prefix}_{self._stamp}"
+        path = f"{base}.json"
         n = 1
         while os.path.exists(path):
-            path = f"{self.prefix}{stamp}_{n}.json"
+            path = f"{base}_{n}.json"
             n += 1
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.events, f, indent=0)
+        write_trace(path, self.events)
         return path
+
+
+def write_trace(path: str, events: list[dict[str, Any]]) -> None:
+    """A JSON array with one event per line: valid JSON, and diff- and grep-friendly."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("[\n")
+        f.write(",\n".join(json.dumps(e, separators=(",", ":")) for e in events))
+        f.write("\n]\n")
+
+
+# -- reading traces ------------------------------------------------------------------------------
+
+
+@dataclass
+class OpTime:
+    op_type: str
+    calls: int
+    total_us: int
+
+
+def load_trace(path: str) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    # Both the array form (onnxruntime, onnxpy) and the {"traceEvents": [...]} object form exist.
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def time_by_op(events: Iterable[dict[str, Any]]) -> list[OpTime]:
+    """Node time summed per operator type, slowest first."""
+    acc: dict[str, OpTime] = {}
+    for e in events:
+        if e.get("cat") != "Node":
+            continue
+        op = e.get("args", {}).get("op_name", "?")
+        t = acc.setdefault(op, OpTime(op, 0, 0))
+        t.calls += 1
+        t.total_us += int(e.get("dur", 0))
+    return sorted(acc.values(), key=lambda t: (-t.total_us, t.op_type))
+
+
+def slowest_nodes(events: Iterable[dict[str, Any]], top: int = 10) -> list[tuple[str, str, int, int]]:
+    """(node event name, op type, calls, total µs) of the nodes that took longest, summed over runs."""
+    acc: dict[str, list[Any]] = {}
+    for e in events:
+        if e.get("cat") != "Node":
+            continue
+        name = str(e.get("name", "")).removesuffix("_kernel_time")
+        row = acc.setdefault(name, [name, e.get("args", {}).get("op_name", "?"), 0, 0])
+        row[2] += 1
+        row[3] += int(e.get("dur", 0))
+    rows = sorted(acc.values(), key=lambda r: -r[3])
+    return [tuple(r) for r in rows[:top]]  # type: ignore[misc]
