@@ -1,3 +1,247 @@
-"""math kernels (being written)."""
+"""Math kernels: CumSum, CumProd, Einsum, Trilu, Hardmax, Det, TopK, LpNormalization,
+MeanVarianceNormalization, EyeLike, BitCast."""
 
 from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..model.dtypes import np_dtype
+from ._compat import host_ints, host_scalar, normalize_axes, normalize_axis
+from .registry import op
+
+
+def _is_narrow_float(dtype: np.dtype) -> bool:
+    # float16, and the ml_dtypes types (bfloat16...) whose kind is "V"
+    return (dtype.kind == "f" and dtype.itemsize < 4) or dtype.kind == "V"
+
+
+# -- CumSum / CumProd ------------------------------------------------------------------------------
+
+
+def _scan(xp: Any, fn: Any, identity: int, x: Any, axis: Any, exclusive: int, reverse: int) -> Any:
+    if x.ndim == 0:
+        raise ValueError("input x must have rank >= 1")
+    a = normalize_axis(int(host_scalar(axis)), x.ndim)
+    narrow = _is_narrow_float(x.dtype)
+    acc = np.dtype(np.float32) if narrow else x.dtype
+    out = xp.empty(x.shape, dtype=acc)
+    src, dst = x, out
+    if reverse:
+        # Scanning the reversed views writes the reversed scan straight into out.
+        src, dst = xp.flip(x, axis=a), xp.flip(out, axis=a)
+    if exclusive:
+        # out[0] = identity, out[i] = scan(x[:i]): scan all but the last element into out[1:].
+        n = x.shape[a]
+        head = [slice(None)] * x.ndim
+        head[a] = slice(0, 1)
+        dst[tuple(head)] = identity
+        if n > 1:
+            lo = list(head)
+            lo[a] = slice(0, n - 1)
+            hi = list(head)
+            hi[a] = slice(1, n)
+            fn(src[tuple(lo)], axis=a, dtype=acc, out=dst[tuple(hi)])
+    else:
+        fn(src, axis=a, dtype=acc, out=dst)
+    return out.astype(x.dtype) if narrow else out
+
+
+@op("CumSum", 11, host_inputs=(1,))
+def cumsum(xp: Any, x: Any, axis: Any, *, exclusive: int = 0, reverse: int = 0) -> Any:
+    return _scan(xp, xp.cumsum, 0, x, axis, exclusive, reverse)
+
+
+@op("CumProd", 26, host_inputs=(1,))
+def cumprod(xp: Any, x: Any, axis: Any, *, exclusive: int = 0, reverse: int = 0) -> Any:
+    return _scan(xp, xp.cumprod, 1, x, axis, exclusive, reverse)
+
+
+# -- Einsum ----------------------------------------------------------------------------------------
+
+
+@op("Einsum", 12)
+def einsum(xp: Any, *inputs: Any, equation: str) -> Any:
+    if not inputs:
+        raise ValueError("Einsum needs at least one input")
+    eq = equation.replace(" ", "")
+    n_terms = len(eq.split("->")[0].split(","))
+    if n_terms != len(inputs):
+        raise ValueError(f"equation '{equation}' has {n_terms} input terms but the node has {len(inputs)} inputs")
+    dtype = inputs[0].dtype
+    if _is_narrow_float(dtype):
+        inputs = tuple(x.astype(np.float32) for x in inputs)
+    # optimize=True lets numpy contract pairs through BLAS (tensordot) instead of its C loop.
+    r = xp.einsum(eq, *inputs, optimize=len(inputs) > 1)
+    return xp.asarray(r).astype(dtype, copy=False)
+
+
+# -- Trilu -----------------------------------------------------------------------------------------
+
+
+@op("Trilu", 14, host_inputs=(1,))
+def trilu(xp: Any, input: Any, k: Any = None, *, upper: int = 1) -> Any:  # noqa: A002 - spec name
+    if input.ndim < 2:
+        raise ValueError(f"input must have rank >= 2, got shape {list(input.shape)}")
+    kk = 0 if k is None else int(host_scalar(k))
+    rows, cols = input.shape[-2:]
+    # Clamp k to where the result no longer changes, so huge values stay cheap.
+    kk = max(-rows - 1, min(cols + 1, kk))
+    return xp.triu(input, kk) if upper else xp.tril(input, kk)
+
+
+# -- Hardmax ---------------------------------------------------------------------------------------
+
+
+def _one_hot_argmax(xp: Any, x: Any, axis: int) -> Any:
+    idx = xp.argmax(x, axis=axis, keepdims=True)  # the first maximum wins ties
+    shape = [1] * x.ndim
+    shape[axis] = x.shape[axis]
+    positions = xp.arange(x.shape[axis]).reshape(shape)
+    return (positions == idx).astype(x.dtype)
+
+
+@op("Hardmax", 1)
+def hardmax_1(xp: Any, input: Any, *, axis: int = 1) -> Any:  # noqa: A002 - spec name
+    # Before opset 13 the input is coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])].
+    a = normalize_axis(axis, input.ndim) if input.ndim else 0
+    outer = int(np.prod(input.shape[:a], dtype=np.int64))
+    inner = int(np.prod(input.shape[a:], dtype=np.int64))
+    if input.size == 0:
+        return xp.zeros(input.shape, dtype=input.dtype)
+    return _one_hot_argmax(xp, input.reshape(outer, inner), 1).reshape(input.shape)
+
+
+@op("Hardmax", 13)
+def hardmax(xp: Any, input: Any, *, axis: int = -1) -> Any:  # noqa: A002 - spec name
+    a = normalize_axis(axis, input.ndim)
+    if input.size == 0:
+        return xp.zeros(input.shape, dtype=input.dtype)
+    return _one_hot_argmax(xp, input, a)
+
+
+# -- Det -------------------------------------------------------------------------------------------
+
+
+@op("Det", 11)
+def det(xp: Any, X: Any) -> Any:  # noqa: N803 - spec name
+    if X.ndim < 2 or X.shape[-1] != X.shape[-2]:
+        raise ValueError(f"X must be [*, M, M], got shape {list(X.shape)}")
+    w = X.astype(np.float32) if _is_narrow_float(X.dtype) else X
+    return xp.asarray(xp.linalg.det(w)).astype(X.dtype, copy=False)
+
+
+# -- TopK ------------------------------------------------------------------------------------------
+
+
+def _topk(xp: Any, x: Any, k: int, axis: int, largest: int, sorted_: int) -> tuple[Any, Any]:
+    if x.ndim == 0:
+        raise ValueError("input X must have rank >= 1")
+    a = normalize_axis(axis, x.ndim)
+    n = x.shape[a]
+    if k < 0 or k > n:
+        raise ValueError(f"k = {k} is out of range for axis {axis} of size {n} (shape {list(x.shape)})")
+    if largest:
+        # Descending values, ties by ascending index: a stable ascending sort of the reversed axis,
+        # read from the end, yields exactly that order.
+        rev = xp.argsort(xp.flip(x, axis=a), axis=a, kind="stable")
+        idx = (n - 1) - xp.flip(rev, axis=a)
+    else:
+        idx = xp.argsort(x, axis=a, kind="stable")
+    sl = [slice(None)] * x.ndim
+    sl[a] = slice(0, k)
+    idx = idx[tuple(sl)].astype(np.int64, copy=False)
+    return xp.take_along_axis(x, idx, axis=a), idx
+
+
+@op("TopK", 1)
+def topk_1(xp: Any, X: Any, *, axis: int = -1, k: int) -> tuple[Any, Any]:  # noqa: N803 - spec name
+    return _topk(xp, X, int(k), axis, 1, 1)
+
+
+@op("TopK", 10, host_inputs=(1,))
+def topk_10(xp: Any, X: Any, K: Any, *, axis: int = -1) -> tuple[Any, Any]:  # noqa: N803 - spec names
+    return _topk(xp, X, _k_value(K), axis, 1, 1)
+
+
+@op("TopK", 11, host_inputs=(1,))
+def topk(xp: Any, X: Any, K: Any, *, axis: int = -1, largest: int = 1, sorted: int = 1) -> tuple[Any, Any]:  # noqa: A002, N803 - spec names
+    return _topk(xp, X, _k_value(K), axis, largest, sorted)
+
+
+def _k_value(K: Any) -> int:  # noqa: N803 - spec name
+    ks = host_ints(K)
+    if len(ks) != 1:
+        raise ValueError(f"K must hold a single value, got {len(ks)}")
+    return ks[0]
+
+
+# -- LpNormalization / MeanVarianceNormalization ---------------------------------------------------
+
+
+@op("LpNormalization", 1)
+def lp_normalization(xp: Any, input: Any, *, axis: int = -1, p: int = 2) -> Any:  # noqa: A002 - spec name
+    a = normalize_axis(axis, input.ndim)
+    w = input.astype(np.float32) if _is_narrow_float(input.dtype) else input
+    if p == 1:
+        norm = xp.sum(xp.abs(w), axis=a, keepdims=True)
+    elif p == 2:
+        norm = xp.sqrt(xp.sum(w * w, axis=a, keepdims=True))
+    else:
+        raise ValueError(f"p must be 1 or 2, got {p}")
+    # A zero norm (all-zero slice) gives zeros, not nan.
+    safe = xp.where(norm == 0, norm.dtype.type(1), norm)
+    return (w / safe).astype(input.dtype, copy=False)
+
+
+@op("MeanVarianceNormalization", 9)
+def mean_variance_normalization(xp: Any, X: Any, *, axes: list[int] | None = None) -> Any:  # noqa: N803 - spec name
+    ax = tuple(normalize_axes(axes if axes is not None else [0, 2, 3], X.ndim))
+    w = X.astype(np.float32) if _is_narrow_float(X.dtype) else X
+    centered = w - xp.mean(w, axis=ax, keepdims=True)
+    std = xp.sqrt(xp.mean(centered * centered, axis=ax, keepdims=True))
+    # The spec's function body adds 1e-9 to the deviation.
+    return (centered / (std + std.dtype.type(1e-9))).astype(X.dtype, copy=False)
+
+
+# -- EyeLike ---------------------------------------------------------------------------------------
+
+
+@op("EyeLike", 9)
+def eye_like(xp: Any, input: Any, *, dtype: int | None = None, k: int = 0) -> Any:  # noqa: A002 - spec name
+    if input.ndim != 2:
+        raise ValueError(f"input must be 2-D, got shape {list(input.shape)}")
+    dt = input.dtype if dtype is None else np_dtype(int(dtype))
+    rows, cols = input.shape
+    return xp.eye(rows, cols, k=int(k), dtype=dt)
+
+
+# -- BitCast ---------------------------------------------------------------------------------------
+
+# Bits per element of the types numpy stores one to a byte (ml_dtypes keeps the value in the low bits).
+_SUB_BYTE_BITS = {"int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}
+
+
+def _bits(dtype: np.dtype) -> int:
+    return _SUB_BYTE_BITS.get(dtype.name, dtype.itemsize * 8)
+
+
+@op("BitCast", 26, alias={0: 0})
+def bit_cast(xp: Any, input: Any, *, to: int) -> Any:  # noqa: A002 - spec name
+    target = np_dtype(int(to))
+    src = input.dtype
+    if src.kind in "OUS" or target.kind in "OUS":
+        raise TypeError("BitCast does not accept strings")
+    if _bits(src) != _bits(target):
+        raise ValueError(
+            f"BitCast from {src} ({_bits(src)} bits) to {target} ({_bits(target)} bits): bit widths differ"
+        )
+    if target == np.bool_:
+        # A bool must hold 0 or 1; any other byte pattern reads as true.
+        return input.view(np.uint8) != 0
+    if target.name in _SUB_BYTE_BITS:
+        # Keep only the low bits: the byte's upper bits are not part of the value.
+        mask = np.uint8((1 << _bits(target)) - 1)
+        return (input.view(np.uint8) & mask).view(target)
+    return input.view(target)
