@@ -123,8 +123,8 @@ class InferenceSession:
         )
         self._apply_initializer_overrides(model)
         apply_free_dimension_overrides(model, opts._free_dim_by_name)
-        self._describe_io(model)
         self._base_graph: Graph = build_graph(model)
+        self._describe_io(model, self._base_graph)
         self._opset = dict(self._base_graph.opsets)
         del model
         self._facts = SessionFacts.from_options(opts)
@@ -160,11 +160,17 @@ class InferenceSession:
                 )
             old.CopyFrom(onnx.numpy_helper.from_array(arr, name))
 
-    def _describe_io(self, model: onnx.ModelProto) -> None:
+    def _describe_io(self, model: onnx.ModelProto, graph: Graph) -> None:
         inits = {t.name for t in model.graph.initializer} | {s.values.name for s in model.graph.sparse_initializer}
         self._inputs = [_node_arg(vi) for vi in model.graph.input if vi.name not in inits]
         self._overridable = [_node_arg(vi) for vi in model.graph.input if vi.name in inits]
-        self._outputs = [_node_arg(vi) for vi in model.graph.output]
+        # Outputs declared without a shape report the inferred one, as onnxruntime does.
+        self._outputs = []
+        for vi in model.graph.output:
+            declared = vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+            if not declared and vi.name in graph.types:
+                vi = onnx.helper.make_value_info(vi.name, graph.types[vi.name])
+            self._outputs.append(_node_arg(vi))
         types = {vi.name: vi.type for vi in model.graph.input}
         self._input_specs = {a.name: _InputSpec(a, types[a.name]) for a in self._inputs + self._overridable}
         self._required = [a.name for a in self._inputs]

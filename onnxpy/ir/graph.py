@@ -286,7 +286,8 @@ def graph_from_proto(gp: GraphProto, opsets: dict[str, int], inferred: dict[str,
         if vi.HasField("type"):
             types[vi.name] = vi.type
     for name, tp in inferred.items():
-        types.setdefault(name, tp)
+        if name not in types or not _has_shape(types[name]):
+            types[name] = tp
     nodes = [node_from_proto(p, opsets) for p in gp.node]
     return Graph(
         name=gp.name,
@@ -298,6 +299,10 @@ def graph_from_proto(gp: GraphProto, opsets: dict[str, int], inferred: dict[str,
         opsets=dict(opsets),
         doc_string=gp.doc_string,
     )
+
+
+def _has_shape(tp: TypeProto) -> bool:
+    return tp.HasField("tensor_type") and tp.tensor_type.HasField("shape")
 
 
 def _value_infos(gp: GraphProto) -> Iterable[ValueInfoProto]:

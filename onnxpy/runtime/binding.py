@@ -43,6 +43,21 @@ def resolve_kernel(node: Node, provider_name: str | None) -> registry.OpDef:
     )
 
 
+def _check_attribute_type(node: Node, key: str) -> None:
+    """An attribute whose type disagrees with the schema (an INT where FLOATS are declared...)."""
+    schema = schema_for(node)
+    if schema is None or key not in schema.attributes:
+        return
+    declared = int(schema.attributes[key].type)
+    given = node.attr_types.get(key)
+    if given is not None and declared and given != declared:
+        names = onnx.AttributeProto.AttributeType.Name
+        raise InvalidGraph(
+            f"{node.describe()}: attribute '{key}' has type {names(given)}, the {node.op_type} schema "
+            f"(opset {node.opset}) declares {names(declared)}"
+        )
+
+
 @functools.cache
 def _required_attributes(fn: Callable[..., Any]) -> frozenset[str]:
     sig = inspect.signature(fn)
@@ -66,6 +81,7 @@ def bind_node(
     kwargs: dict[str, Any] = {}
     schema = None
     for key, value in node.attrs.items():
+        _check_attribute_type(node, key)
         if key not in opdef.attributes and not opdef.open_attributes:
             schema = schema or schema_for(node)
             known = schema is not None and key in schema.attributes

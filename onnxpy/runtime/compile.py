@@ -45,26 +45,23 @@ def infer_types(model: ModelProto) -> dict[str, onnx.TypeProto]:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception:  # noqa: BLE001 - inference is a help, not a requirement
         return {}
-    return {vi.name: vi.type for vi in inferred.graph.value_info if vi.HasField("type")}
+    out = {vi.name: vi.type for vi in inferred.graph.value_info if vi.HasField("type")}
+    # Inference also completes graph outputs declared without a shape.
+    out.update({vi.name: vi.type for vi in inferred.graph.output if vi.HasField("type")})
+    return out
 
 
-def validate(model: ModelProto) -> None:
-    """onnx's checker (structure, attribute types, opset imports); failures are InvalidGraph."""
-    if model.ByteSize() > 2_000_000_000:  # the checker cannot take protos over 2 GB in memory
-        return
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as e:
-        raise InvalidGraph(f"the model is not valid ONNX: {str(e).strip()}") from None
+def build_graph(model: ModelProto) -> Graph:
+    """ModelProto -> Graph with types inferred, functions expanded, nodes topologically sorted.
 
-
-def build_graph(model: ModelProto, *, check: bool = True) -> Graph:
-    """ModelProto -> Graph with types inferred, functions expanded, nodes topologically sorted."""
+    Validation is onnxpy's own, not onnx.checker (which rejects models onnxruntime runs, such
+    as outputs declared without a shape): the loader checks versions and external data,
+    graph building checks tensors against their shapes, topological sorting finds cycles,
+    undefined and duplicate values, and binding checks attribute types against the schema.
+    """
     if not model.HasField("graph"):
         raise InvalidGraph("the model has no graph")
     opsets = model_opsets(model)
-    if check:
-        validate(model)
     types = infer_types(model)
     graph = graph_from_proto(model.graph, opsets, types)
     names = [vi.name for vi in model.graph.input]

@@ -1,0 +1,370 @@
+"""InferenceSession, SessionOptions, RunOptions and the module-level API, against onnxruntime's
+names and behaviour."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import onnxpy
+from tests.helpers import DEMO_MODEL, make_model, vinfo
+
+
+def _add_mul_model(dim_name: str = "n") -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Add", ["x", "y"], ["s"], name="add"),
+        helper.make_node("Mul", ["s", "w"], ["z"], name="mul"),
+        helper.make_node("Neg", ["s"], ["neg"], name="neg"),
+    ]
+    model = make_model(
+        nodes,
+        [
+            vinfo("x", TensorProto.FLOAT, [dim_name, 3]),
+            vinfo("y", TensorProto.FLOAT, [dim_name, 3]),
+            vinfo("w", TensorProto.FLOAT, [3]),
+        ],
+        [vinfo("z", TensorProto.FLOAT, [dim_name, 3]), vinfo("neg", TensorProto.FLOAT, None)],
+        initializers={"w": np.array([1.0, 2.0, 3.0], dtype=np.float32)},
+    )
+    model.graph.doc_string = "adds and scales"
+    model.doc_string = "a test model"
+    model.domain = "test.domain"
+    model.model_version = 7
+    helper.set_model_props(model, {"author": "tests", "purpose": "api"})
+    return model
+
+
+@pytest.fixture
+def model() -> onnx.ModelProto:
+    return _add_mul_model()
+
+
+def _feeds(n: int = 2) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(n)
+    return {"x": rng.standard_normal((n, 3)).astype(np.float32), "y": rng.standard_normal((n, 3)).astype(np.float32)}
+
+
+def _expected(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    s = feeds["x"] + feeds["y"]
+    return [s * np.array([1, 2, 3], np.float32), -s]
+
+
+# -- construction from every kind of source --------------------------------------------------
+
+
+def test_accepts_path_str_pathlike_bytes_and_modelproto(model: onnx.ModelProto, tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    feeds = _feeds()
+    want = _expected(feeds)
+    for source in (str(path), path, model.SerializeToString(), model):
+        sess = onnxpy.InferenceSession(source)
+        got = sess.run(None, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_modelproto_is_not_modified(model: onnx.ModelProto) -> None:
+    before = model.SerializeToString()
+    onnxpy.InferenceSession(model)
+    assert model.SerializeToString() == before
+
+
+# -- queries ---------------------------------------------------------------------------------
+
+
+def test_inputs_outputs_and_overridable_initializers_match_onnxruntime(model: onnx.ModelProto) -> None:
+    ours = onnxpy.InferenceSession(model.SerializeToString())
+    ref = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for mine, theirs in ((ours.get_inputs(), ref.get_inputs()), (ours.get_outputs(), ref.get_outputs())):
+        assert [(a.name, a.type, a.shape) for a in mine] == [(a.name, a.type, a.shape) for a in theirs]
+    assert [(a.name, a.type, a.shape) for a in ours.get_overridable_initializers()] == [
+        (a.name, a.type, a.shape) for a in ref.get_overridable_initializers()
+    ]
+    assert ours.get_inputs()[0].shape == ["n", 3]
+
+
+def test_nodearg_shape_reports_unknown_dims_as_none() -> None:
+    m = make_model(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        [vinfo("x", TensorProto.FLOAT, [None, 2])],
+        [vinfo("y", TensorProto.FLOAT, None)],
+    )
+    ours = onnxpy.InferenceSession(m)
+    ref = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert ours.get_inputs()[0].shape == ref.get_inputs()[0].shape == [None, 2]
+
+
+def test_modelmeta(model: onnx.ModelProto) -> None:
+    meta = onnxpy.InferenceSession(model).get_modelmeta()
+    ref = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).get_modelmeta()
+    for field in (
+        "producer_name",
+        "graph_name",
+        "domain",
+        "description",
+        "graph_description",
+        "version",
+        "custom_metadata_map",
+    ):
+        assert getattr(meta, field) == getattr(ref, field), field
+    assert meta.custom_metadata_map == {"author": "tests", "purpose": "api"}
+
+
+def test_providers_and_options(model: onnx.ModelProto) -> None:
+    so = onnxpy.SessionOptions()
+    sess = onnxpy.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+    assert sess.get_provider_options() == {"CPUExecutionProvider": {}}
+    assert sess.get_session_options() is so
+    sess.set_providers(["CPUExecutionProvider"])
+    assert sess.run(["z"], _feeds())[0].shape == (2, 3)
+
+
+def test_unavailable_provider_warns_and_falls_back(model: onnx.ModelProto) -> None:
+    if "CUDAExecutionProvider" in onnxpy.get_available_providers():
+        pytest.skip("this machine has CUDA: the fallback path does not apply")
+    with pytest.warns(RuntimeWarning, match="CUDAExecutionProvider"):
+        sess = onnxpy.InferenceSession(model, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_unknown_provider_is_an_error(model: onnx.ModelProto) -> None:
+    with pytest.raises(onnxpy.InvalidArgument, match="FooExecutionProvider"):
+        onnxpy.InferenceSession(model, providers=["FooExecutionProvider"])
+
+
+def test_module_level_api() -> None:
+    assert "CPUExecutionProvider" in onnxpy.get_available_providers()
+    assert onnxpy.get_device() in ("CPU", "GPU")
+    assert isinstance(onnxpy.__version__, str) and onnxpy.__version__.count(".") == 2
+    for name in (
+        "InferenceSession",
+        "SessionOptions",
+        "RunOptions",
+        "OrtValue",
+        "IOBinding",
+        "NodeArg",
+        "GraphOptimizationLevel",
+        "ExecutionMode",
+        "OrtDevice",
+    ):
+        assert hasattr(onnxpy, name) and hasattr(onnxruntime, name), name
+
+
+def test_enums_match_onnxruntime() -> None:
+    for ours, theirs in (
+        (onnxpy.GraphOptimizationLevel, onnxruntime.GraphOptimizationLevel),
+        (onnxpy.ExecutionMode, onnxruntime.ExecutionMode),
+    ):
+        for name, member in ours.__members__.items():
+            assert int(getattr(theirs, name)) == int(member), name
+
+
+def test_session_options_defaults_match_onnxruntime() -> None:
+    ours, theirs = onnxpy.SessionOptions(), onnxruntime.SessionOptions()
+    for field in (
+        "graph_optimization_level",
+        "intra_op_num_threads",
+        "inter_op_num_threads",
+        "execution_mode",
+        "enable_profiling",
+        "optimized_model_filepath",
+        "log_severity_level",
+        "enable_cpu_mem_arena",
+        "enable_mem_pattern",
+        "enable_mem_reuse",
+        "use_deterministic_compute",
+    ):
+        assert (
+            int(getattr(ours, field)) == int(getattr(theirs, field))
+            if not isinstance(getattr(ours, field), str)
+            else getattr(ours, field) == getattr(theirs, field)
+        ), field
+    ours.add_session_config_entry("session.some_key", "1")
+    assert ours.get_session_config_entry("session.some_key") == "1"
+    with pytest.raises(RuntimeError, match="missing_key"):
+        ours.get_session_config_entry("missing_key")
+
+
+def test_free_dimension_override_fixes_the_shape(model: onnx.ModelProto) -> None:
+    so = onnxpy.SessionOptions()
+    so.add_free_dimension_override_by_name("n", 4)
+    sess = onnxpy.InferenceSession(model, so)
+    assert sess.get_inputs()[0].shape == [4, 3]
+    sess.run(None, _feeds(4))
+    with pytest.raises(onnxpy.InvalidArgument, match="index: 0 Got: 2 Expected: 4"):
+        sess.run(None, _feeds(2))
+
+
+def test_add_initializer_replaces_the_models_value(model: onnx.ModelProto) -> None:
+    so = onnxpy.SessionOptions()
+    w = np.array([10.0, 20.0, 30.0], dtype=np.float32)
+    so.add_initializer("w", onnxpy.OrtValue.ortvalue_from_numpy(w))
+    sess = onnxpy.InferenceSession(model, so)
+    feeds = _feeds()
+    np.testing.assert_allclose(sess.run(["z"], feeds)[0], (feeds["x"] + feeds["y"]) * w, rtol=1e-6)
+    so2 = onnxpy.SessionOptions()
+    so2.add_initializer("w", np.zeros(4, np.float32))
+    with pytest.raises(onnxpy.InvalidArgument, match="add_initializer 'w'"):
+        onnxpy.InferenceSession(model, so2)
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+def test_run_output_selection_and_order(model: onnx.ModelProto) -> None:
+    sess = onnxpy.InferenceSession(model)
+    feeds = _feeds()
+    z, neg = _expected(feeds)
+    both = sess.run(None, feeds)
+    np.testing.assert_allclose(both[0], z, rtol=1e-6)
+    np.testing.assert_allclose(both[1], neg, rtol=1e-6)
+    swapped = sess.run(["neg", "z"], feeds)
+    np.testing.assert_allclose(swapped[0], neg, rtol=1e-6)
+    np.testing.assert_allclose(swapped[1], z, rtol=1e-6)
+    assert len(sess.run([], feeds)) == 2
+
+
+def test_overridable_initializer_can_be_fed(model: onnx.ModelProto) -> None:
+    sess = onnxpy.InferenceSession(model)
+    feeds = _feeds()
+    feeds["w"] = np.array([0.0, 0.0, 1.0], dtype=np.float32)
+    z = sess.run(["z"], feeds)[0]
+    np.testing.assert_allclose(z, (feeds["x"] + feeds["y"]) * feeds["w"], rtol=1e-6)
+    # The next run without the override uses the model's initializer again.
+    feeds.pop("w")
+    np.testing.assert_allclose(sess.run(["z"], feeds)[0], _expected(feeds)[0], rtol=1e-6)
+
+
+def test_outputs_are_owned_by_the_caller() -> None:
+    m = make_model(
+        [helper.make_node("Identity", ["c"], ["out_c"]), helper.make_node("Reshape", ["x", "shape"], ["out_x"])],
+        [vinfo("x", TensorProto.FLOAT, [2, 3])],
+        [vinfo("out_c", TensorProto.FLOAT, [3]), vinfo("out_x", TensorProto.FLOAT, [6])],
+        initializers={"c": np.ones(3, np.float32), "shape": np.array([6], np.int64)},
+    )
+    sess = onnxpy.InferenceSession(m)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out_c, out_x = sess.run(None, {"x": x})
+    out_c[:] = 7  # writable, and not the session's constant
+    out_x[:] = -1  # not a view of the caller's input
+    assert np.all(x == np.arange(6).reshape(2, 3))
+    again = sess.run(None, {"x": x})
+    assert np.all(again[0] == 1)
+
+
+def test_run_with_ort_values(model: onnx.ModelProto) -> None:
+    sess = onnxpy.InferenceSession(model)
+    feeds = _feeds()
+    vals = {k: onnxpy.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
+    out = sess.run_with_ort_values(["z"], vals)
+    assert isinstance(out[0], onnxpy.OrtValue)
+    np.testing.assert_allclose(out[0].numpy(), _expected(feeds)[0], rtol=1e-6)
+
+
+def test_python_lists_and_scalars_are_accepted_when_types_fit() -> None:
+    m = make_model(
+        [helper.make_node("Add", ["a", "b"], ["c"])],
+        [vinfo("a", TensorProto.INT64, [2]), vinfo("b", TensorProto.INT64, [])],
+        [vinfo("c", TensorProto.INT64, [2])],
+    )
+    sess = onnxpy.InferenceSession(m)
+    assert sess.run(None, {"a": [1, 2], "b": np.int64(5)})[0].tolist() == [6, 7]
+
+
+def test_run_options_terminate_before_and_during_a_run() -> None:
+    # A long chain of cheap nodes, so a terminate request lands between two of them.
+    nodes = [helper.make_node("Sqrt", [f"v{i}"], [f"v{i + 1}"], name=f"n{i}") for i in range(3000)]
+    m = make_model(nodes, [vinfo("v0", TensorProto.FLOAT, [64])], [vinfo("v3000", TensorProto.FLOAT, [64])])
+    sess = onnxpy.InferenceSession(m, providers=["CPUExecutionProvider"])
+    ro = onnxpy.RunOptions()
+    ro.terminate = True
+    with pytest.raises(onnxpy.OnnxpyError, match="terminate"):
+        sess.run(None, {"v0": np.ones(64, np.float32)}, ro)
+    ro2 = onnxpy.RunOptions()
+    errors: list[BaseException] = []
+
+    started = threading.Event()
+
+    def worker() -> None:
+        # Runs until terminated (or 30 s pass, which fails the test below).
+        deadline = time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline:
+                started.set()
+                sess.run(None, {"v0": np.ones(64, np.float32)}, ro2)
+        except BaseException as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(e)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    started.wait(10)
+    time.sleep(0.02)
+    ro2.terminate = True
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert errors and "terminate" in str(errors[0])
+    # The session is still usable with fresh run options.
+    assert sess.run(None, {"v0": np.ones(64, np.float32)})[0].shape == (64,)
+
+
+def test_concurrent_runs_from_four_threads_on_one_session() -> None:
+    sess = onnxpy.InferenceSession(str(DEMO_MODEL))
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((2, 3, 32, 32)).astype(np.float32) for _ in range(8)]
+    expected = [sess.run(None, {"input": x})[0] for x in inputs]
+    failures: list[str] = []
+
+    def worker(tid: int) -> None:
+        for i in range(30):
+            k = (tid + i) % len(inputs)
+            got = sess.run(None, {"input": inputs[k]})[0]
+            if not np.array_equal(got, expected[k]):
+                failures.append(f"thread {tid} run {i}")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def test_intra_op_num_threads_is_honoured_and_results_unchanged() -> None:
+    from onnxpy.runtime.threads import blas_threads_supported, get_blas_threads
+
+    so = onnxpy.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = onnxpy.InferenceSession(str(DEMO_MODEL), so)
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    before = get_blas_threads()
+    got = sess.run(None, {"input": x})[0]
+    want = onnxpy.InferenceSession(str(DEMO_MODEL)).run(None, {"input": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    if blas_threads_supported():
+        assert get_blas_threads() == before  # restored after the run
+
+
+# -- packaging -------------------------------------------------------------------------------
+
+
+def test_import_pulls_in_neither_onnxruntime_nor_onnx_reference() -> None:
+    code = "import sys, onnxpy; bad = [m for m in sys.modules if m.startswith(('onnxruntime', 'onnx.reference'))]; print(bad); sys.exit(1 if bad else 0)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_python_dash_m_onnxpy_runs_the_demo() -> None:
+    res = subprocess.run([sys.executable, "-m", "onnxpy"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "output probabilities" in res.stdout and "latency" in res.stdout

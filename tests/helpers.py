@@ -1,0 +1,87 @@
+"""Shared test helpers: tiny model builders and where the real models live."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_MODELS = REPO.parent / "shared" / "models"
+LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+DEMO_MODEL = REPO / "onnxpy" / "data" / "demo.onnx"
+
+
+def light_models() -> list[Path]:
+    return [Path(p) for p in sorted(glob.glob(str(LIGHT_DIR / "*.onnx")))]
+
+
+def shared_models() -> list[Path]:
+    if not SHARED_MODELS.is_dir():
+        return []
+    return [Path(p) for p in sorted(glob.glob(str(SHARED_MODELS / "*.onnx")))]
+
+
+def vinfo(name: str, elem: int = TensorProto.FLOAT, shape: Sequence[Any] | None = None) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def make_model(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: Sequence[onnx.ValueInfoProto],
+    outputs: Sequence[onnx.ValueInfoProto],
+    initializers: dict[str, np.ndarray] | None = None,
+    opset: int = 17,
+    ir_version: int = 8,
+    name: str = "test_graph",
+    extra_opsets: dict[str, int] | None = None,
+    functions: Sequence[onnx.FunctionProto] = (),
+) -> onnx.ModelProto:
+    inits = [numpy_helper.from_array(v, k) for k, v in (initializers or {}).items()]
+    graph = helper.make_graph(list(nodes), name, list(inputs), list(outputs), initializer=inits)
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (extra_opsets or {}).items()]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="onnxpy-tests", functions=list(functions))
+    model.ir_version = ir_version
+    return model
+
+
+def single_node_model(
+    op_type: str,
+    inputs: dict[str, tuple[int, Sequence[Any]]],
+    outputs: dict[str, tuple[int, Sequence[Any] | None]],
+    opset: int = 17,
+    **attrs: Any,
+) -> onnx.ModelProto:
+    node = helper.make_node(op_type, list(inputs), list(outputs), name=f"the_{op_type.lower()}", **attrs)
+    return make_model(
+        [node],
+        [vinfo(n, e, s) for n, (e, s) in inputs.items()],
+        [vinfo(n, e, s) for n, (e, s) in outputs.items()],
+        opset=opset,
+    )
+
+
+def random_feeds(args: Sequence[Any], rng: np.random.Generator, batch: int = 1, seq: int = 16) -> dict[str, np.ndarray]:
+    """Random inputs for NodeArgs; named dims get ``batch`` (first axis) or ``seq``; int inputs are
+    token ids (or ones for masks)."""
+    feeds = {}
+    for a in args:
+        shape = [d if isinstance(d, int) else (batch if i == 0 else seq) for i, d in enumerate(a.shape)]
+        if a.type == "tensor(int64)":
+            if "mask" in a.name:
+                feeds[a.name] = np.ones(shape, dtype=np.int64)
+            else:
+                feeds[a.name] = rng.integers(0, 100, size=shape, dtype=np.int64)
+        else:
+            feeds[a.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def model_id(path: os.PathLike[str] | str) -> str:
+    return Path(path).stem
