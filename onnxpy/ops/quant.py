@@ -1,3 +1,441 @@
-"""quant kernels."""
+"""Quantization kernels: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul,
+QLinearConv, MatMulInteger, ConvInteger.
+
+Integer products are accumulated in float64, which is exact for any realistic reduction length
+(|a * b| <= 2**16 per term, so up to ~2**37 terms) and keeps BLAS speed; the result is then wrapped
+to int32 as the spec allows ("accumulation may overflow if and only if in 32 bits").
+"""
 
 from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ..model import dtypes
+from ._compat import normalize_axis
+from .conv import conv_nd
+from .registry import op
+from .tensor import cast_array
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_DIVIDE_TYPES = (_F32, _F64, np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _int_range(dt: np.dtype) -> tuple[int, int] | None:
+    """(min, max) of an integer element type (int2 ... uint64), None for float types."""
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return int(info.min), int(info.max)
+    try:
+        info = ml_dtypes.iinfo(dt)
+    except (ValueError, TypeError):
+        return None
+    return int(info.min), int(info.max)
+
+
+def _is_float_type(dt: np.dtype) -> bool:
+    return dt.kind == "f" or dtypes.NP_TO_ELEM.get(dt) in dtypes.FLOAT_ELEMS or "float8" in str(dt)
+
+
+def _as_float(xp: Any, x: Any, dt: np.dtype = _F32) -> Any:
+    return x.astype(dt, copy=False)
+
+
+def _broadcast_param(xp: Any, p: Any, shape: tuple[int, ...], axis: int, block_size: int, what: str) -> Any:
+    """A scale / zero point shaped to broadcast against the input: per-tensor, per-axis or blocked."""
+    rank = len(shape)
+    if block_size <= 0 and (p.ndim == 0 or p.size == 1 and p.ndim <= 1):
+        return p.reshape(())
+    if rank == 0:
+        raise ValueError(f"{what} has shape {list(p.shape)} but the input is a scalar")
+    ax = normalize_axis(axis, rank)
+    if block_size > 0:
+        if p.ndim != rank:
+            raise ValueError(
+                f"{what} of shape {list(p.shape)} must have the input's rank {rank} for blocked quantization"
+            )
+        dim = shape[ax]
+        for d in range(rank):
+            if d != ax and p.shape[d] != shape[d]:
+                raise ValueError(
+                    f"{what} of shape {list(p.shape)} must match the input {list(shape)} except on axis {ax}"
+                )
+        blocks = p.shape[ax]
+        if blocks * block_size < dim or (blocks - 1) * block_size >= max(dim, 1):
+            raise ValueError(
+                f"block_size {block_size} does not fit: axis {ax} of size {dim} needs ceil({dim}/{block_size}) "
+                f"blocks, {what} has {blocks}"
+            )
+        full = xp.repeat(p, block_size, axis=ax)
+        idx = [slice(None)] * rank
+        idx[ax] = slice(0, dim)
+        return full[tuple(idx)]
+    if p.ndim != 1 or p.shape[0] != shape[ax]:
+        raise ValueError(
+            f"{what} of shape {list(p.shape)} must be a scalar or a 1-D tensor of length {shape[ax]} "
+            f"(axis {ax} of input {list(shape)})"
+        )
+    bshape = [1] * rank
+    bshape[ax] = shape[ax]
+    return p.reshape(bshape)
+
+
+def quantize(
+    xp: Any,
+    x: Any,
+    scale: Any,
+    zero_point: Any,
+    out_dtype: np.dtype,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    saturate: int = 1,
+    precision: np.dtype | None = None,
+) -> Any:
+    """saturate(round(x / scale) + zero_point) in ``out_dtype`` (int) or cast(x / scale + zp) (float)."""
+    shape = tuple(x.shape)
+    s = _broadcast_param(xp, scale, shape, axis, block_size, "the scale")
+    if precision is None:
+        # The scale's type sets the division's precision; narrow float formats divide in float32.
+        precision = scale.dtype if scale.dtype in _DIVIDE_TYPES else _F32
+    q = x.astype(precision, copy=False) / s.astype(precision, copy=False)
+    rng = _int_range(out_dtype)
+    if rng is not None:
+        r = xp.rint(q.astype(_F64))
+        if zero_point is not None:
+            r = r + _broadcast_param(xp, zero_point, shape, axis, block_size, "the zero point").astype(_F64)
+        return xp.clip(r, rng[0], rng[1]).astype(out_dtype)
+    v = q.astype(_F32)
+    if zero_point is not None:
+        v = v + _broadcast_param(xp, zero_point, shape, axis, block_size, "the zero point").astype(_F32)
+    return cast_array(xp, v, out_dtype, saturate)
+
+
+def dequantize(
+    xp: Any, x: Any, scale: Any, zero_point: Any, out_dtype: np.dtype, *, axis: int = 1, block_size: int = 0
+) -> Any:
+    """(x - zero_point) * scale, computed in float32 (float64 for float64 outputs) and cast."""
+    shape = tuple(x.shape)
+    cdt = _F64 if out_dtype == _F64 else _F32
+    if _int_range(x.dtype) is not None:
+        v = x.astype(np.int64)
+        if zero_point is not None:
+            v = v - _broadcast_param(xp, zero_point, shape, axis, block_size, "the zero point").astype(np.int64)
+        v = v.astype(cdt)
+    else:
+        v = x.astype(cdt)
+        if zero_point is not None:
+            v = v - _broadcast_param(xp, zero_point, shape, axis, block_size, "the zero point").astype(cdt)
+    s = _broadcast_param(xp, scale, shape, axis, block_size, "the scale").astype(cdt)
+    return (v * s).astype(out_dtype, copy=False)
+
+
+def _q_out_dtype(zero_point: Any, output_dtype: int) -> np.dtype:
+    if output_dtype:
+        dt = dtypes.np_dtype(output_dtype)
+        if zero_point is not None and zero_point.dtype != dt:
+            raise TypeError(f"output_dtype {dt} differs from the zero point's type {zero_point.dtype}")
+        return dt
+    return zero_point.dtype if zero_point is not None else np.dtype(np.uint8)
+
+
+# -- QuantizeLinear ------------------------------------------------------------------------------
+
+
+@op("QuantizeLinear", 10)
+def quantize_linear_10(xp: Any, x: Any, y_scale: Any, y_zero_point: Any = None) -> Any:
+    if y_scale.size != 1:
+        raise ValueError(f"QuantizeLinear-10 supports only per-tensor scales, got shape {list(y_scale.shape)}")
+    return quantize(xp, x, y_scale, y_zero_point, _q_out_dtype(y_zero_point, 0), precision=_F32)
+
+
+@op("QuantizeLinear", 13)
+def quantize_linear_13(xp: Any, x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1) -> Any:
+    return quantize(xp, x, y_scale, y_zero_point, _q_out_dtype(y_zero_point, 0), axis=axis, precision=_F32)
+
+
+@op("QuantizeLinear", 19)
+def quantize_linear_19(
+    xp: Any, x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1, saturate: int = 1
+) -> Any:
+    return quantize(xp, x, y_scale, y_zero_point, _q_out_dtype(y_zero_point, 0), axis=axis, saturate=saturate)
+
+
+@op("QuantizeLinear", 21)
+def quantize_linear_21(
+    xp: Any,
+    x: Any,
+    y_scale: Any,
+    y_zero_point: Any = None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+    saturate: int = 1,
+) -> Any:
+    return quantize(
+        xp,
+        x,
+        y_scale,
+        y_zero_point,
+        _q_out_dtype(y_zero_point, output_dtype),
+        axis=axis,
+        block_size=block_size,
+        saturate=saturate,
+    )
+
+
+@op("QuantizeLinear", 23)
+def quantize_linear(
+    xp: Any,
+    x: Any,
+    y_scale: Any,
+    y_zero_point: Any = None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+    precision: int = 0,
+    saturate: int = 1,
+) -> Any:
+    return quantize(
+        xp,
+        x,
+        y_scale,
+        y_zero_point,
+        _q_out_dtype(y_zero_point, output_dtype),
+        axis=axis,
+        block_size=block_size,
+        saturate=saturate,
+        precision=dtypes.np_dtype(precision) if precision else None,
+    )
+
+
+# -- DequantizeLinear ----------------------------------------------------------------------------
+
+
+def _dq_out_dtype(scale: Any, output_dtype: int) -> np.dtype:
+    if output_dtype:
+        return dtypes.np_dtype(output_dtype)
+    if not _is_float_type(scale.dtype) or "float8" in str(scale.dtype):
+        return _F32
+    return scale.dtype
+
+
+@op("DequantizeLinear", 10)
+def dequantize_linear_10(xp: Any, x: Any, x_scale: Any, x_zero_point: Any = None) -> Any:
+    if x_scale.size != 1:
+        raise ValueError(f"DequantizeLinear-10 supports only per-tensor scales, got shape {list(x_scale.shape)}")
+    return dequantize(xp, x, x_scale, x_zero_point, _F32)
+
+
+@op("DequantizeLinear", 13)
+def dequantize_linear_13(xp: Any, x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1) -> Any:
+    return dequantize(xp, x, x_scale, x_zero_point, _dq_out_dtype(x_scale, 0), axis=axis)
+
+
+@op("DequantizeLinear", 21)
+def dequantize_linear_21(
+    xp: Any, x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1, block_size: int = 0
+) -> Any:
+    return dequantize(xp, x, x_scale, x_zero_point, _dq_out_dtype(x_scale, 0), axis=axis, block_size=block_size)
+
+
+@op("DequantizeLinear", 23)
+def dequantize_linear(
+    xp: Any,
+    x: Any,
+    x_scale: Any,
+    x_zero_point: Any = None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+) -> Any:
+    return dequantize(
+        xp, x, x_scale, x_zero_point, _dq_out_dtype(x_scale, output_dtype), axis=axis, block_size=block_size
+    )
+
+
+# -- DynamicQuantizeLinear -----------------------------------------------------------------------
+
+
+@op("DynamicQuantizeLinear", 11)
+def dynamic_quantize_linear(xp: Any, x: Any) -> Any:
+    xf = x.astype(_F32, copy=False)
+    lo = min(float(xf.min()), 0.0) if xf.size else 0.0
+    hi = max(float(xf.max()), 0.0) if xf.size else 0.0
+    scale = np.float32((np.float32(hi) - np.float32(lo)) / np.float32(255.0))
+    if scale == 0:
+        # All zeros: any scale reproduces them; keep 0 as the spec's formula gives.
+        zp = np.float32(0.0)
+        y = xp.zeros(x.shape, dtype=np.uint8)
+    else:
+        zp = np.float32(np.clip(np.rint(np.float32(0.0) - np.float32(lo) / scale), 0, 255))
+        y = xp.clip(xp.rint(xf / scale) + zp, 0, 255).astype(np.uint8)
+    return y, xp.asarray(scale, dtype=_F32), xp.asarray(np.uint8(zp))
+
+
+# -- integer / quantized linear algebra ----------------------------------------------------------
+
+
+def _shifted(x: Any, zp: Any, zp_shape: tuple[int, ...] | None = None) -> Any:
+    """x - zero_point exactly, as float64 (or float32-exact values for float8 inputs)."""
+    v = x.astype(_F64)
+    if zp is not None:
+        z = zp.astype(_F64)
+        if zp_shape is not None:
+            z = z.reshape(zp_shape)
+        v = v - z
+    return v
+
+
+def _row_param_shape(p: Any, a: Any) -> tuple[int, ...] | None:
+    """Shape making a per-row parameter of matrix ``a`` (..., M, K) broadcast: a 1-D [M] becomes [M, 1]."""
+    if p is None or p.size == 1:
+        return ()
+    if p.ndim == 1 and a.ndim >= 2 and p.shape[0] == a.shape[-2]:
+        return (p.shape[0], 1)
+    return tuple(p.shape)
+
+
+def _col_param_shape(p: Any) -> tuple[int, ...] | None:
+    if p is None or p.size == 1:
+        return ()
+    return tuple(p.shape)
+
+
+def _wrap_int32(xp: Any, acc: Any) -> Any:
+    """An exact integer-valued float64 accumulator as int32, wrapping like 32-bit accumulation."""
+    return acc.astype(np.int64).astype(np.int32)
+
+
+@op("MatMulInteger", 10)
+def matmul_integer(xp: Any, A: Any, B: Any, a_zero_point: Any = None, b_zero_point: Any = None) -> Any:  # noqa: N803
+    a = _shifted(A, a_zero_point, _row_param_shape(a_zero_point, A))
+    b = _shifted(B, b_zero_point, _col_param_shape(b_zero_point))
+    return _wrap_int32(xp, xp.matmul(a, b))
+
+
+def _requantize(xp: Any, acc: Any, factor: Any, y_zero_point: Any) -> Any:
+    """Round acc * factor to the output's integer grid, add its zero point and saturate."""
+    out_dtype = y_zero_point.dtype
+    rng = _int_range(out_dtype)
+    v = acc * factor
+    if rng is None:  # float8 output
+        return cast_array(xp, (v + y_zero_point.astype(_F64)).astype(_F32), out_dtype, 1)
+    r = xp.rint(v) + y_zero_point.astype(_F64)
+    return xp.clip(r, rng[0], rng[1]).astype(out_dtype)
+
+
+@op("QLinearMatMul", 10)
+def qlinear_matmul(
+    xp: Any,
+    a: Any,
+    a_scale: Any,
+    a_zero_point: Any,
+    b: Any,
+    b_scale: Any,
+    b_zero_point: Any,
+    y_scale: Any,
+    y_zero_point: Any,
+) -> Any:
+    av = _shifted(a, a_zero_point, _row_param_shape(a_zero_point, a))
+    bv = _shifted(b, b_zero_point, _col_param_shape(b_zero_point))
+    acc = xp.matmul(av, bv)
+    # Scales multiply in float32 as the quantized kernels of other runtimes do, then apply in float64.
+    sa = a_scale.astype(_F32).reshape(_row_param_shape(a_scale, a))
+    sb = b_scale.astype(_F32).reshape(_col_param_shape(b_scale))
+    factor = ((sa * sb) / y_scale.astype(_F32).reshape(_col_param_shape(y_scale))).astype(_F64)
+    return _requantize(xp, acc, factor, y_zero_point.reshape(_col_param_shape(y_zero_point)))
+
+
+def _conv_integer(
+    xp: Any,
+    x: Any,
+    w: Any,
+    x_zero_point: Any,
+    w_zero_point: Any,
+    attrs: dict[str, Any],
+    what: str,
+) -> Any:
+    if x_zero_point is not None and x_zero_point.size != 1:
+        raise ValueError(f"{what}: x_zero_point must be a scalar, got shape {list(x_zero_point.shape)}")
+    m = w.shape[0]
+    wz_shape: tuple[int, ...] | None = None
+    if w_zero_point is not None and w_zero_point.size != 1:
+        if w_zero_point.reshape(-1).shape[0] != m:
+            raise ValueError(
+                f"{what}: w_zero_point must be a scalar or hold one value per output channel ({m}), "
+                f"got shape {list(w_zero_point.shape)}"
+            )
+        wz_shape = (m,) + (1,) * (w.ndim - 1)
+    elif w_zero_point is not None:
+        wz_shape = ()
+    xv = _shifted(x, x_zero_point, () if x_zero_point is not None else None)
+    wv = _shifted(w, w_zero_point, wz_shape)
+    # Padding the shifted input with 0 equals padding the raw input with its zero point.
+    return conv_nd(xp, xv, wv, None, **attrs)
+
+
+@op("ConvInteger", 10)
+def conv_integer(
+    xp: Any,
+    x: Any,
+    w: Any,
+    x_zero_point: Any = None,
+    w_zero_point: Any = None,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> Any:
+    attrs = dict(
+        auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
+    )
+    return _wrap_int32(xp, _conv_integer(xp, x, w, x_zero_point, w_zero_point, attrs, "ConvInteger"))
+
+
+@op("QLinearConv", 10)
+def qlinear_conv(
+    xp: Any,
+    x: Any,
+    x_scale: Any,
+    x_zero_point: Any,
+    w: Any,
+    w_scale: Any,
+    w_zero_point: Any,
+    y_scale: Any,
+    y_zero_point: Any,
+    B: Any = None,  # noqa: N803 - spec name
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> Any:
+    attrs = dict(
+        auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
+    )
+    acc = _conv_integer(xp, x, w, x_zero_point, w_zero_point, attrs, "QLinearConv")
+    m = w.shape[0]
+    nd = x.ndim - 2
+    if B is not None:
+        if B.reshape(-1).shape[0] != m:
+            raise ValueError(f"QLinearConv: bias B must have {m} values (output channels), got shape {list(B.shape)}")
+        acc = acc + B.astype(_F64).reshape((1, m) + (1,) * nd)
+    if w_scale.size not in (1, m):
+        raise ValueError(
+            f"QLinearConv: w_scale must be a scalar or hold {m} values (output channels), got {list(w_scale.shape)}"
+        )
+    ws = w_scale.astype(_F32).reshape(() if w_scale.size == 1 else (1, m) + (1,) * nd)
+    factor = ((x_scale.astype(_F32).reshape(()) * ws) / y_scale.astype(_F32).reshape(())).astype(_F64)
+    return _requantize(xp, acc, factor, y_zero_point.reshape(()))
