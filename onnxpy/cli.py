@@ -1,6 +1,7 @@
 """The ``onnxpy`` command. With no arguments it runs the embedded demo model.
 
-Verbs (``onnxpy VERB --help``): run, info, bench, profile. Each lives in onnxpy.tools.
+Verbs (``onnxpy VERB --help``): info, run, bench, profile (onnxpy.tools.commands) and demo.
+Exit status: 0 success, 1 the model failed to load or run, 2 a command-line mistake.
 """
 
 from __future__ import annotations
@@ -58,13 +59,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="verb", required=True)
     demo = sub.add_parser("demo", help="run the embedded demo model (the default)")
     demo.add_argument("--repeat", type=int, default=20)
+    from .api.errors import OnnxpyError
     from .tools import commands
 
     commands.add_verbs(sub)
     ns = parser.parse_args(args)
     if ns.verb == "demo":
         return run_demo(ns.repeat)
-    return int(ns.func(ns) or 0)
+    try:
+        return int(ns.func(ns) or 0)
+    except commands.UsageError as e:
+        parser.exit(2, f"onnxpy {ns.verb}: error: {commands.format_error(e)}\n")
+    except (OnnxpyError, ValueError) as e:
+        # Session creation and kernel errors already name the node and the problem.
+        print(f"onnxpy {ns.verb}: {commands.format_error(e)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"onnxpy {ns.verb}: interrupted", file=sys.stderr)
+        return 130
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -107,3 +108,27 @@ def windows_view(
     if xp is np:
         return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides_, writeable=False)
     return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides_)
+
+
+def col2im_add(
+    xp: Any,
+    cols: Any,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    canvas: Sequence[int],
+) -> Any:
+    """Scatter-add column blocks back onto an image: the transpose of ``windows_view``.
+
+    ``cols`` has shape (N, C, prod(kernel), *blocks); block b at kernel offset k lands on canvas
+    position b * stride + k * dilation (per axis). One vectorized add per kernel offset."""
+    n, c = cols.shape[:2]
+    blocks = cols.shape[3:]
+    out = xp.zeros((n, c, *canvas), dtype=cols.dtype)
+    for kidx, offsets in enumerate(itertools.product(*(range(k) for k in kernel))):
+        sl: list[slice] = [slice(None), slice(None)]
+        for i, d, s, b in zip(offsets, dilations, strides, blocks):
+            start = i * d
+            sl.append(slice(start, start + (b - 1) * s + 1, s))
+        out[tuple(sl)] += cols[:, :, kidx]
+    return out

@@ -7,8 +7,19 @@ import itertools
 import math
 from typing import Any
 
+import numpy as np
+
 from ._spatial import geometry, pad_input, window_slices, windows_view
 from .registry import op
+
+
+def compute_dtype(dtype: Any) -> np.dtype:
+    """float32 / float64 run as they are; half precision (float16, bfloat16) runs in float32,
+    since numpy has no BLAS path for it and accumulating in half precision loses accuracy."""
+    dt = np.dtype(dtype)
+    if dt == np.float32 or dt == np.float64:
+        return dt
+    return np.dtype(np.float32)
 
 
 def conv_nd(
@@ -24,6 +35,7 @@ def conv_nd(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
 ) -> Any:
+    """N-D convolution in the compute dtype (see ``compute_dtype``); the caller casts back."""
     if x.ndim < 3 or w.ndim != x.ndim:
         raise ValueError(
             f"Conv needs X of rank >= 3 and W of the same rank, got X {list(x.shape)} and W {list(w.shape)}"
@@ -40,13 +52,24 @@ def conv_nd(
     mg = m // group
     if w.shape[1] != cg:
         raise ValueError(f"W has {w.shape[1]} input channels per group, X has {c} channels / group {group} = {cg}")
+    if b is not None and tuple(b.shape) != (m,):
+        raise ValueError(f"Conv bias B must have shape [{m}] (output channels), got {list(b.shape)}")
     strides = list(strides) if strides else [1] * nd
     dilations = list(dilations) if dilations else [1] * nd
     begin, end, out = geometry(x.shape[2:], k, strides, dilations, pads, auto_pad)
     ext = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
+    cdt = compute_dtype(x.dtype)
+    x = x.astype(cdt, copy=False)
+    w = w.astype(cdt, copy=False)
     o = math.prod(out)
-    if all(kk == 1 for kk in k) and all(s == 1 for s in strides) and not any(begin) and not any(end):
-        # 1x1: Y[n, g] = W[g] @ X[n, g] over flattened spatial positions.
+    if n == 0 or o == 0:
+        y = xp.zeros((n, m, *out), dtype=cdt)
+    elif all(kk == 1 for kk in k):
+        # 1x1: Y[n, g] = W[g] @ X[n, g] over flattened spatial positions; strides and pads only
+        # select / zero-extend the positions first.
+        if any(begin) or any(end) or any(s != 1 for s in strides):
+            x = pad_input(xp, x, begin, end, out, ext, strides, 0)
+            x = x[window_slices([0] * nd, dilations, strides, out)]
         xs = x.reshape(n, group, cg, o)
         y = xp.matmul(w.reshape(group, mg, cg), xs).reshape(n, m, *out)
     else:
@@ -56,7 +79,7 @@ def conv_nd(
         else:
             y = _im2col_gemm(xp, xp_, w, k, strides, dilations, out, group)
     if b is not None:
-        y += b.reshape((1, m) + (1,) * nd)
+        y += b.astype(cdt, copy=False).reshape((1, m) + (1,) * nd)
     return y
 
 

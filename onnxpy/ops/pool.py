@@ -1,4 +1,8 @@
-"""Pooling kernels on strided slices: one vectorized pass per kernel offset."""
+"""Pooling kernels on strided slices: one vectorized pass per kernel offset.
+
+Each operator version whose attribute set changed gets its own thin registration so a model can
+only pass the attributes its opset defines; they all share one implementation.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,22 @@ from typing import Any
 
 import numpy as np
 
+from ._compat import check_alloc, host_ints
 from ._spatial import geometry, pad_input, window_slices
 from .registry import op
 
 
 def _lowest(dtype: np.dtype) -> Any:
-    if dtype.kind == "f":
+    if dtype.kind == "f" or not np.issubdtype(dtype, np.integer):
         return -np.inf
     return np.iinfo(dtype).min
+
+
+def _acc_dtype(dtype: np.dtype) -> np.dtype:
+    """Accumulate sums of half-precision (and bfloat16) inputs in float32."""
+    if dtype == np.float64 or dtype == np.float32:
+        return np.dtype(dtype)
+    return np.dtype(np.float32)
 
 
 def _setup(
@@ -30,8 +42,11 @@ def _setup(
     nd = x.ndim - 2
     if nd < 1:
         raise ValueError(f"pooling needs an input of rank >= 3, got shape {list(x.shape)}")
+    kernel_shape = list(kernel_shape)
     if len(kernel_shape) != nd:
         raise ValueError(f"kernel_shape {kernel_shape} must have {nd} entries for input shape {list(x.shape)}")
+    if any(k <= 0 for k in kernel_shape):
+        raise ValueError(f"kernel_shape {kernel_shape} must be positive")
     strides = list(strides) if strides else [1] * nd
     dilations = list(dilations) if dilations else [1] * nd
     begin, end, out = geometry(x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
@@ -39,7 +54,102 @@ def _setup(
     return begin, end, out, strides, dilations, ext
 
 
+def _axis_positions(
+    axis: int, offset: int, begin: list[int], strides: list[int], dilations: list[int], out: list[int], nd: int
+) -> np.ndarray:
+    """Unpadded input coordinate along ``axis`` of the element under kernel ``offset``, per window."""
+    pos = np.arange(out[axis], dtype=np.int64) * strides[axis] + offset * dilations[axis] - begin[axis]
+    return pos.reshape((-1,) + (1,) * (nd - 1 - axis))
+
+
+# -- MaxPool -------------------------------------------------------------------------------------
+
+
+def _max_pool(
+    xp: Any,
+    x: Any,
+    kernel_shape: list[int],
+    strides: list[int] | None,
+    dilations: list[int] | None,
+    pads: list[int] | None,
+    auto_pad: str,
+    ceil_mode: int,
+    storage_order: int,
+    want_indices: bool,
+) -> Any:
+    begin, end, out, strides, dilations, ext = _setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    nd = x.ndim - 2
+    xpad = pad_input(xp, x, begin, end, out, ext, strides, _lowest(x.dtype))
+    offsets_all = list(itertools.product(*(range(k) for k in kernel_shape)))
+    if not want_indices:
+        y = None
+        for offsets in offsets_all:
+            v = xpad[window_slices(offsets, dilations, strides, out)]
+            if y is None:
+                y = v.copy()
+            else:
+                xp.maximum(y, v, out=y)
+        return y
+    # With Indices: the first maximal element in kernel order wins (strict '>'); padded
+    # positions never win, which only depends on positions, so it is tracked on the host.
+    spatial = x.shape[2:]
+    n, c = x.shape[:2]
+    plane = math.prod(spatial)
+    base = (np.arange(n * c, dtype=np.int64) * plane).reshape((n, c) + (1,) * nd)
+    y = xp.full((n, c, *out), _lowest(x.dtype), dtype=x.dtype)
+    idx = xp.zeros((n, c, *out), dtype=np.int64)
+    seen = np.zeros(out, dtype=bool)
+    for offsets in offsets_all:
+        coords = [_axis_positions(a, offsets[a], begin, strides, dilations, out, nd) for a in range(nd)]
+        valid = np.ones([1] * nd, dtype=bool)
+        for a in range(nd):
+            valid = valid & (coords[a] >= 0) & (coords[a] < spatial[a])
+        valid = np.broadcast_to(valid, out)
+        if not valid.any():
+            continue
+        flat = np.zeros([1] * nd, dtype=np.int64)
+        order = range(nd) if storage_order == 0 else reversed(range(nd))
+        for a in order:
+            flat = flat * spatial[a] + coords[a]
+        v = xpad[window_slices(offsets, dilations, strides, out)]
+        first = xp.asarray(valid & ~seen)
+        better = ((v > y) & xp.asarray(valid)) | first
+        y = xp.where(better, v, y)
+        idx = xp.where(better, xp.asarray(base + flat), idx)
+        seen |= valid
+    return y, idx
+
+
 @op("MaxPool", 1)
+def max_pool_1(
+    xp: Any,
+    X: Any,  # noqa: N803 - spec name
+    *,
+    auto_pad: str = "NOTSET",
+    kernel_shape: list[int],
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> Any:
+    return _max_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, 0, False)
+
+
+@op("MaxPool", 8)
+def max_pool_8(
+    xp: Any,
+    X: Any,  # noqa: N803 - spec name
+    *,
+    auto_pad: str = "NOTSET",
+    kernel_shape: list[int],
+    pads: list[int] | None = None,
+    storage_order: int = 0,
+    strides: list[int] | None = None,
+    ctx: Any = None,
+) -> Any:
+    want = ctx is not None and ctx.n_outputs > 1 and ctx.outputs_used[1]
+    return _max_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, storage_order, want)
+
+
+@op("MaxPool", 10)
 def max_pool(
     xp: Any,
     X: Any,  # noqa: N803 - spec name
@@ -53,87 +163,11 @@ def max_pool(
     strides: list[int] | None = None,
     ctx: Any = None,
 ) -> Any:
-    begin, end, out, strides, dilations, ext = _setup(X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
-    xpad = pad_input(xp, X, begin, end, out, ext, strides, _lowest(X.dtype))
-    want_indices = ctx is not None and ctx.n_outputs > 1 and ctx.outputs_used[1]
-    y = None
-    idx = None
-    for offsets in itertools.product(*(range(k) for k in kernel_shape)):
-        v = xpad[window_slices(offsets, dilations, strides, out)]
-        if want_indices:
-            pos = _flat_positions(xp, X.shape, offsets, begin, strides, dilations, out, storage_order)
-            if y is None:
-                y = v.copy()
-                idx = xp.broadcast_to(pos, v.shape).copy()
-            else:
-                better = v > y
-                y = xp.where(better, v, y)
-                idx = xp.where(better, pos, idx)
-        elif y is None:
-            y = v.copy()
-        else:
-            xp.maximum(y, v, out=y)
-    if want_indices:
-        return y, idx
-    return y
+    want = ctx is not None and ctx.n_outputs > 1 and ctx.outputs_used[1]
+    return _max_pool(xp, X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, storage_order, want)
 
 
-def _flat_positions(
-    xp: Any,
-    shape: tuple[int, ...],
-    offsets: tuple[int, ...],
-    begin: list[int],
-    strides: list[int],
-    dilations: list[int],
-    out: list[int],
-    storage_order: int,
-) -> Any:
-    """Flat input index of the element under ``offsets`` in every window, as MaxPool's Indices."""
-    n, c = shape[:2]
-    spatial = shape[2:]
-    nd = len(spatial)
-    coords = []
-    for a in range(nd):
-        pos = np.arange(out[a]) * strides[a] + offsets[a] * dilations[a] - begin[a]
-        coords.append(pos.reshape((-1,) + (1,) * (nd - 1 - a)))
-    if storage_order == 0:
-        flat = np.zeros([1] * nd, dtype=np.int64)
-        for a in range(nd):
-            flat = flat * spatial[a] + coords[a]
-    else:
-        flat = np.zeros([1] * nd, dtype=np.int64)
-        for a in reversed(range(nd)):
-            flat = flat * spatial[a] + coords[a]
-    plane = math.prod(spatial)
-    base = (np.arange(n * c, dtype=np.int64) * plane).reshape((n, c) + (1,) * nd)
-    return xp.asarray(base + flat)
-
-
-@op("AveragePool", 7)
-def average_pool(
-    xp: Any,
-    X: Any,  # noqa: N803 - spec name
-    *,
-    auto_pad: str = "NOTSET",
-    ceil_mode: int = 0,
-    count_include_pad: int = 0,
-    dilations: list[int] | None = None,
-    kernel_shape: list[int],
-    pads: list[int] | None = None,
-    strides: list[int] | None = None,
-) -> Any:
-    begin, end, out, strides, dilations, ext = _setup(X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
-    xpad = pad_input(xp, X, begin, end, out, ext, strides, 0)
-    acc_dtype = X.dtype if X.dtype.kind == "f" and X.dtype.itemsize >= 4 else np.dtype(np.float32)
-    total = xp.zeros((*X.shape[:2], *out), dtype=acc_dtype)
-    for offsets in itertools.product(*(range(k) for k in kernel_shape)):
-        total += xpad[window_slices(offsets, dilations, strides, out)]
-    count = _window_counts(X.shape[2:], kernel_shape, begin, end, out, strides, dilations, ext, count_include_pad)
-    if count is None:
-        total /= acc_dtype.type(math.prod(kernel_shape))
-    else:
-        total /= xp.asarray(count, dtype=acc_dtype)
-    return total.astype(X.dtype, copy=False)
+# -- AveragePool / LpPool ------------------------------------------------------------------------
 
 
 def _window_counts(
@@ -147,33 +181,305 @@ def _window_counts(
     ext: list[int],
     include_pad: int,
 ) -> np.ndarray | None:
-    """Per-window element counts (None when every window holds the full kernel)."""
-    # 1 where an element counts: the input, plus the explicit pads when include_pad.
-    ones = np.ones((1, 1, *spatial), dtype=np.float64)
-    width = []
-    for n, b, e, o, k, s in zip(spatial, begin, end, out, ext, strides):
-        need = max((o - 1) * s + k - (n + b), e, 0)
-        width.append((b, need))
-    padded = np.pad(ones, [(0, 0), (0, 0), *width], constant_values=0)
-    if include_pad:
-        region = tuple(slice(0, n + b + e) for n, b, e in zip(spatial, begin, end))
-        padded[(slice(None), slice(None), *region)] = 1
-    counts = np.zeros((1, 1, *out), dtype=np.float64)
-    for offsets in itertools.product(*(range(k) for k in kernel)):
-        counts += padded[window_slices(offsets, dilations, strides, out)]
-    if np.all(counts == math.prod(kernel)):
-        return None
-    return counts
+    """Per-window element counts (None when every window holds the full kernel).
+
+    Counted per axis and multiplied: a window is a product of per-axis index sets."""
+    nd = len(spatial)
+    full = True
+    counts = np.ones([1] * nd, dtype=np.float64)
+    for a, (n, b, e, o, k, s, d) in enumerate(zip(spatial, begin, end, out, kernel, strides, dilations)):
+        hi = n + b + e if include_pad else n + b
+        lo = 0 if include_pad else b
+        starts = np.arange(o) * s
+        taps = starts[:, None] + np.arange(k)[None, :] * d  # padded coordinates
+        c = ((taps >= lo) & (taps < hi)).sum(axis=1).astype(np.float64)
+        if np.any(c != k):
+            full = False
+        counts = counts * c.reshape((-1,) + (1,) * (nd - 1 - a))
+    return None if full else counts
+
+
+def _sum_pool(
+    xp: Any,
+    x: Any,
+    kernel_shape: list[int],
+    strides: list[int],
+    dilations: list[int],
+    begin: list[int],
+    end: list[int],
+    out: list[int],
+    ext: list[int],
+    power: int | None,
+) -> Any:
+    """Window sums in the accumulation dtype (of |x|**power when given)."""
+    acc = _acc_dtype(x.dtype)
+    src = x.astype(acc, copy=False)
+    if power is not None:
+        src = xp.abs(src) if power == 1 else (src * src if power == 2 else xp.abs(src) ** acc.type(power))
+    xpad = pad_input(xp, src, begin, end, out, ext, strides, 0)
+    total = xp.zeros((*x.shape[:2], *out), dtype=acc)
+    for offsets in itertools.product(*(range(k) for k in kernel_shape)):
+        total += xpad[window_slices(offsets, dilations, strides, out)]
+    return total
+
+
+def _average_pool(
+    xp: Any,
+    x: Any,
+    kernel_shape: list[int],
+    strides: list[int] | None,
+    dilations: list[int] | None,
+    pads: list[int] | None,
+    auto_pad: str,
+    ceil_mode: int,
+    count_include_pad: int,
+) -> Any:
+    begin, end, out, strides, dilations, ext = _setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    total = _sum_pool(xp, x, kernel_shape, strides, dilations, begin, end, out, ext, None)
+    count = _window_counts(x.shape[2:], kernel_shape, begin, end, out, strides, dilations, ext, count_include_pad)
+    if count is None:
+        total /= total.dtype.type(math.prod(kernel_shape))
+    else:
+        # A window entirely in padding (possible only with ceil_mode) averages to 0, not NaN.
+        total /= xp.asarray(np.maximum(count, 1), dtype=total.dtype)
+    return total.astype(x.dtype, copy=False)
+
+
+@op("AveragePool", 7)
+def average_pool_7(
+    xp: Any,
+    X: Any,  # noqa: N803 - spec name
+    *,
+    auto_pad: str = "NOTSET",
+    count_include_pad: int = 0,
+    kernel_shape: list[int],
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> Any:
+    return _average_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, count_include_pad)
+
+
+@op("AveragePool", 10)
+def average_pool_10(
+    xp: Any,
+    X: Any,  # noqa: N803 - spec name
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    count_include_pad: int = 0,
+    kernel_shape: list[int],
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> Any:
+    return _average_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, ceil_mode, count_include_pad)
+
+
+@op("AveragePool", 19)
+def average_pool(
+    xp: Any,
+    X: Any,  # noqa: N803 - spec name
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    count_include_pad: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int],
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> Any:
+    return _average_pool(xp, X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, count_include_pad)
+
+
+def _lp_finish(xp: Any, total: Any, p: int, dtype: np.dtype) -> Any:
+    if p == 1:
+        y = total
+    elif p == 2:
+        y = xp.sqrt(total)
+    else:
+        y = total ** total.dtype.type(1.0 / p)
+    return y.astype(dtype, copy=False)
+
+
+def _lp_pool(
+    xp: Any,
+    x: Any,
+    kernel_shape: list[int],
+    strides: list[int] | None,
+    dilations: list[int] | None,
+    pads: list[int] | None,
+    auto_pad: str,
+    ceil_mode: int,
+    p: int,
+) -> Any:
+    if p <= 0:
+        raise ValueError(f"LpPool p must be positive, got {p}")
+    begin, end, out, strides, dilations, ext = _setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    total = _sum_pool(xp, x, kernel_shape, strides, dilations, begin, end, out, ext, int(p))
+    return _lp_finish(xp, total, int(p), x.dtype)
+
+
+@op("LpPool", 2)
+def lp_pool_2(
+    xp: Any,
+    X: Any,  # noqa: N803 - spec name
+    *,
+    auto_pad: str = "NOTSET",
+    kernel_shape: list[int],
+    p: int = 2,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> Any:
+    return _lp_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, p)
+
+
+@op("LpPool", 18)
+def lp_pool(
+    xp: Any,
+    X: Any,  # noqa: N803 - spec name
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int],
+    p: int = 2,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> Any:
+    return _lp_pool(xp, X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, p)
+
+
+# -- global pools --------------------------------------------------------------------------------
+
+
+def _spatial_axes(x: Any, what: str) -> tuple[int, ...]:
+    if x.ndim < 2:
+        raise ValueError(f"{what} needs an input of rank >= 2 (N, C, ...), got shape {list(x.shape)}")
+    return tuple(range(2, x.ndim))
 
 
 @op("GlobalAveragePool", 1)
 def global_average_pool(xp: Any, X: Any) -> Any:  # noqa: N803 - spec name
-    axes = tuple(range(2, X.ndim))
-    return X.mean(axis=axes, keepdims=True, dtype=X.dtype if X.dtype.itemsize >= 4 else np.float32).astype(
-        X.dtype, copy=False
-    )
+    axes = _spatial_axes(X, "GlobalAveragePool")
+    return X.mean(axis=axes, keepdims=True, dtype=_acc_dtype(X.dtype)).astype(X.dtype, copy=False)
 
 
 @op("GlobalMaxPool", 1)
 def global_max_pool(xp: Any, X: Any) -> Any:  # noqa: N803 - spec name
-    return X.max(axis=tuple(range(2, X.ndim)), keepdims=True)
+    axes = _spatial_axes(X, "GlobalMaxPool")
+    if any(X.shape[a] == 0 for a in axes):
+        raise ValueError(f"GlobalMaxPool over an empty spatial extent (input shape {list(X.shape)})")
+    return X.max(axis=axes, keepdims=True)
+
+
+@op("GlobalLpPool", 2)
+def global_lp_pool(xp: Any, X: Any, *, p: int = 2) -> Any:  # noqa: N803 - spec name
+    axes = _spatial_axes(X, "GlobalLpPool")
+    if p <= 0:
+        raise ValueError(f"GlobalLpPool p must be positive, got {p}")
+    src = X.astype(_acc_dtype(X.dtype), copy=False)
+    if p == 2:
+        total = (src * src).sum(axis=axes, keepdims=True)
+    else:
+        total = (xp.abs(src) ** src.dtype.type(p)).sum(axis=axes, keepdims=True)
+    return _lp_finish(xp, total, int(p), X.dtype)
+
+
+# -- MaxUnpool -----------------------------------------------------------------------------------
+
+
+@op("MaxUnpool", 9, host_inputs=(2,))
+def max_unpool(
+    xp: Any,
+    X: Any,  # noqa: N803 - spec name
+    I: Any,  # noqa: N803, E741 - spec name
+    output_shape: Any = None,
+    *,
+    kernel_shape: list[int],
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+    ctx: Any = None,
+) -> Any:
+    nd = X.ndim - 2
+    if nd < 1:
+        raise ValueError(f"MaxUnpool needs X of rank >= 3, got shape {list(X.shape)}")
+    if tuple(I.shape) != tuple(X.shape):
+        raise ValueError(f"MaxUnpool: I shape {list(I.shape)} must equal X shape {list(X.shape)}")
+    if len(kernel_shape) != nd:
+        raise ValueError(f"kernel_shape {kernel_shape} must have {nd} entries for X shape {list(X.shape)}")
+    strides = list(strides) if strides else [1] * nd
+    p = list(pads) if pads else [0] * (2 * nd)
+    if len(p) != 2 * nd:
+        raise ValueError(f"pads {p} must have {2 * nd} entries")
+    if output_shape is not None:
+        shape = host_ints(output_shape)
+        if len(shape) != X.ndim:
+            raise ValueError(f"MaxUnpool output_shape {shape} must have rank {X.ndim}")
+        if shape[:2] != list(X.shape[:2]):
+            raise ValueError(f"MaxUnpool output_shape {shape} must keep X's batch and channels {list(X.shape[:2])}")
+    else:
+        spatial = [(X.shape[2 + i] - 1) * strides[i] + kernel_shape[i] - p[i] - p[nd + i] for i in range(nd)]
+        shape = [*X.shape[:2], *spatial]
+    check_alloc(shape, X.dtype, ctx, "MaxUnpool")
+    total = math.prod(shape)
+    flat_idx = I.reshape(-1)
+    if flat_idx.size:
+        lo, hi = int(flat_idx.min()), int(flat_idx.max())
+        if lo < 0 or hi >= total:
+            raise IndexError(f"MaxUnpool: indices in [{lo}, {hi}] fall outside the output of {total} elements {shape}")
+    y = xp.zeros(total, dtype=X.dtype)
+    y[flat_idx] = X.reshape(-1)
+    return y.reshape(shape)
+
+
+# -- MaxRoiPool ----------------------------------------------------------------------------------
+
+
+def _round_half_away(v: np.ndarray) -> np.ndarray:
+    return np.sign(v) * np.floor(np.abs(v) + 0.5)
+
+
+@op("MaxRoiPool", 1)
+def max_roi_pool(
+    xp: Any,
+    X: Any,  # noqa: N803 - spec name
+    rois: Any,
+    *,
+    pooled_shape: list[int],
+    spatial_scale: float = 1.0,
+) -> Any:
+    if X.ndim != 4:
+        raise ValueError(f"MaxRoiPool needs X of shape (N, C, H, W), got {list(X.shape)}")
+    if rois.ndim != 2 or rois.shape[1] != 5:
+        raise ValueError(f"MaxRoiPool needs rois of shape (num_rois, 5), got {list(rois.shape)}")
+    if len(pooled_shape) != 2 or min(pooled_shape) <= 0:
+        raise ValueError(f"MaxRoiPool pooled_shape must be two positive ints, got {pooled_shape}")
+    n, c, h, w = X.shape
+    ph, pw = pooled_shape
+    r = rois.get() if hasattr(rois, "get") and not isinstance(rois, np.ndarray) else np.asarray(rois)
+    r = r.astype(np.float64)
+    y = xp.zeros((r.shape[0], c, ph, pw), dtype=X.dtype)
+    lowest = _lowest(X.dtype)
+    for i in range(r.shape[0]):
+        b = int(r[i, 0])
+        if not 0 <= b < n:
+            raise IndexError(f"MaxRoiPool: roi {i} has batch index {b}, X has batch {n}")
+        x1, y1, x2, y2 = (int(v) for v in _round_half_away(r[i, 1:] * spatial_scale))
+        rh = max(y2 - y1 + 1, 1)
+        rw = max(x2 - x1 + 1, 1)
+        bh, bw = rh / ph, rw / pw
+        # Column bins as a (pw, W) membership mask: one masked max per pooled row.
+        ws = np.clip(np.floor(np.arange(pw) * bw).astype(np.int64) + x1, 0, w)
+        we = np.clip(np.ceil((np.arange(pw) + 1) * bw).astype(np.int64) + x1, 0, w)
+        cols = np.arange(w)
+        colmask = (cols[None, :] >= ws[:, None]) & (cols[None, :] < we[:, None])  # (pw, W)
+        colempty = xp.asarray(~colmask.any(axis=1))
+        colmask_x = xp.asarray(colmask)
+        for j in range(ph):
+            hs = min(max(int(math.floor(j * bh)) + y1, 0), h)
+            he = min(max(int(math.ceil((j + 1) * bh)) + y1, 0), h)
+            if he <= hs:
+                continue
+            rowmax = X[b, :, hs:he, :].max(axis=1)  # (C, W)
+            vals = xp.where(colmask_x[None, :, :], rowmax[:, None, :], lowest).max(axis=2)  # (C, pw)
+            y[i, :, j, :] = xp.where(colempty[None, :], 0, vals)
+    return y

@@ -1,0 +1,211 @@
+"""Latency measurement shared by ``onnxpy bench`` and benchmarks/bench.py.
+
+Several runtimes ("contenders") run the same model on the same inputs, interleaved call by call
+in one process, so that both see the same machine state (frequency, cache, other load); the one
+that goes first alternates from one round to the next.
+
+onnxruntime is loaded only when the user asks for a comparison with it: onnxpy never computes
+anything with it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: --opt-level -> GraphOptimizationLevel member (same names in onnxpy and onnxruntime)
+OPT_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+RUNTIMES = ("onnxpy", "onnxruntime")
+
+
+def load_runtime(name: str) -> Any:
+    if name not in RUNTIMES:
+        raise ValueError(f"unknown runtime {name!r}; choose from {RUNTIMES}")
+    if name == "onnxpy":
+        import onnxpy
+
+        return onnxpy
+    try:
+        # Only for a side-by-side comparison the user asked for.
+        return importlib.import_module("onnxruntime")
+    except ImportError:
+        raise ValueError("--compare onnxruntime needs the onnxruntime package (pip install onnxruntime)") from None
+
+
+@dataclass
+class SessionConfig:
+    opt_level: str = "all"
+    threads: int = 0
+    #: free dimension name -> value
+    overrides: dict[str, int] = field(default_factory=dict)
+    iobinding: bool = False
+
+
+@dataclass
+class Contender:
+    name: str
+    session: Any
+    create_s: float
+    #: one inference, results discarded
+    call: Callable[[], Any]
+    #: the outputs of the first run (the warm-up), for a cross-check between runtimes
+    outputs: list[Any]
+
+
+def session_options(module: Any, name: str, cfg: SessionConfig) -> Any:
+    so = module.SessionOptions()
+    so.graph_optimization_level = getattr(module.GraphOptimizationLevel, OPT_LEVELS[cfg.opt_level])
+    if cfg.threads:
+        so.intra_op_num_threads = int(cfg.threads)
+    if name == "onnxruntime":
+        so.log_severity_level = 3  # keep its "removing unused initializer" warnings off the table
+    for dim, value in cfg.overrides.items():
+        so.add_free_dimension_override_by_name(dim, int(value))
+    return so
+
+
+def make_contender(name: str, model: str | bytes, feeds: dict[str, Any], cfg: SessionConfig) -> Contender:
+    """Create the session (timed) and run it once, which also warms it up."""
+    module = load_runtime(name)
+    so = session_options(module, name, cfg)
+    t0 = time.perf_counter()
+    sess = module.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    create_s = time.perf_counter() - t0
+    outputs = sess.run(None, feeds)
+    if cfg.iobinding:
+        call = _iobinding_call(module, sess, feeds, outputs)
+    else:
+
+        def call() -> Any:
+            return sess.run(None, feeds)
+
+    return Contender(name, sess, create_s, call, outputs)
+
+
+def _iobinding_call(module: Any, sess: Any, feeds: dict[str, Any], outputs: list[Any]) -> Callable[[], Any]:
+    """Inputs bound once; outputs written into buffers allocated once (shapes from the first run)."""
+    binding = sess.io_binding()
+    for name, arr in feeds.items():
+        binding.bind_cpu_input(name, arr)
+    for arg, out in zip(sess.get_outputs(), outputs):
+        if isinstance(out, np.ndarray):
+            binding.bind_ortvalue_output(arg.name, module.OrtValue.ortvalue_from_numpy(np.empty_like(out)))
+        else:
+            binding.bind_output(arg.name, "cpu")
+
+    def call() -> Any:
+        sess.run_with_iobinding(binding)
+
+    return call
+
+
+def time_interleaved(
+    contenders: Sequence[Contender],
+    repeat: int | None = None,
+    duration: float | None = None,
+    warmup: int = 1,
+    min_repeat: int = 3,
+    progress: Callable[[int, float], None] | None = None,
+) -> dict[str, list[float]]:
+    """Seconds per call for each contender, measured in alternating rounds.
+
+    Stops after ``repeat`` rounds, or once ``duration`` seconds have passed (and at least
+    ``min_repeat`` rounds ran); with both, whichever comes first. ``progress(rounds, elapsed)``
+    is called after each round.
+    """
+    if repeat is None and duration is None:
+        raise ValueError("give repeat or duration")
+    for _ in range(max(0, warmup)):
+        for c in contenders:
+            c.call()
+    times: dict[str, list[float]] = {c.name: [] for c in contenders}
+    clock = time.perf_counter
+    start = clock()
+    rounds = 0
+    while True:
+        order = contenders if rounds % 2 == 0 else list(reversed(contenders))
+        for c in order:
+            t0 = clock()
+            c.call()
+            times[c.name].append(clock() - t0)
+        rounds += 1
+        elapsed = clock() - start
+        if progress is not None:
+            progress(rounds, elapsed)
+        if repeat is not None and rounds >= repeat:
+            break
+        if duration is not None and elapsed >= duration and rounds >= min_repeat:
+            break
+    return times
+
+
+@dataclass
+class LatencyStats:
+    runs: int
+    min_ms: float
+    median_ms: float
+    mean_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+    #: samples per second at the mean latency (batch / mean)
+    throughput: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def latency_stats(seconds: Sequence[float], batch: int = 1) -> LatencyStats:
+    a = np.asarray(seconds, dtype=np.float64) * 1e3
+    if a.size == 0:
+        raise ValueError("no timings")
+    mean = float(a.mean())
+    return LatencyStats(
+        runs=int(a.size),
+        min_ms=float(a.min()),
+        median_ms=float(np.median(a)),
+        mean_ms=mean,
+        p90_ms=float(np.percentile(a, 90)),
+        p99_ms=float(np.percentile(a, 99)),
+        max_ms=float(a.max()),
+        throughput=batch * 1e3 / mean if mean > 0 else math.inf,
+    )
+
+
+def max_difference(a: Sequence[Any], b: Sequence[Any]) -> tuple[float, float] | None:
+    """(max |a-b|, max |a-b| / max(|b|, tiny)) over the numeric outputs; None if none compare."""
+    worst_abs = worst_rel = 0.0
+    compared = False
+    for x, y in zip(a, b):
+        if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.shape != y.shape:
+            if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+                return (math.inf, math.inf)
+            continue
+        if x.dtype.kind not in "biufc" or x.size == 0:
+            continue
+        xf, yf = x.astype(np.float64), y.astype(np.float64)
+        both_nan = np.isnan(xf) & np.isnan(yf)
+        d = np.where(both_nan, 0.0, np.abs(xf - yf))
+        diff = float(np.nanmax(d))
+        scale = max(float(np.nanmax(np.abs(yf))), 1e-30)
+        worst_abs = max(worst_abs, diff)
+        worst_rel = max(worst_rel, diff / scale)
+        compared = True
+    return (worst_abs, worst_rel) if compared else None
+
+
+def geomean(values: Sequence[float]) -> float:
+    v = [x for x in values if x > 0 and math.isfinite(x)]
+    return float(math.exp(sum(math.log(x) for x in v) / len(v))) if v else math.nan
