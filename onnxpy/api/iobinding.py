@@ -4,7 +4,9 @@ An IOBinding is per-caller state (one per thread); the session it belongs to hol
 Inputs bound from host arrays or pointers are read in place at every run (a change to the
 array between runs is seen by the next run). Outputs bound to a buffer (``buffer_ptr`` or an
 OrtValue) are written in place: every bound output's shape and dtype are checked before the
-first byte is written, so a failed run leaves all of them untouched.
+first byte is written, so a failed run leaves all of them untouched. Outputs bound to a device
+only get fresh memory at every run, so OrtValues from an earlier ``get_outputs()`` stay valid
+and the shape may change between runs (data-dependent outputs).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..model import dtypes
-from ..providers import CPU, Provider, provider_for_device
+from ..providers import Provider, provider_for_device
 from .errors import InvalidArgument
 from .ortvalue import OrtValue, _check_shape, _element_dtype, as_host_array
 
@@ -33,27 +35,29 @@ class _BoundOutput:
 
 
 class IOBinding:
+    """Inputs and outputs of one session bound to memory; see the module docstring."""
+
     def __init__(self, session: InferenceSession) -> None:
         self._session = session
         self._inputs: dict[str, OrtValue] = {}
+        # Insertion order is the order of get_outputs(); rebinding a name keeps its position.
         self._outputs: dict[str, _BoundOutput] = {}
         self._results: list[OrtValue] = []
 
     # -- inputs ---------------------------------------------------------------------------------
     def _check_input_name(self, name: str) -> None:
-        if name not in self._session._input_specs:
-            raise InvalidArgument(
-                f"cannot bind input '{name}': the model has no such input. Valid inputs: "
-                f"{[a.name for a in self._session.get_inputs()]}"
-                + (
-                    f"; overridable initializers: {[a.name for a in self._session.get_overridable_initializers()]}"
-                    if self._session.get_overridable_initializers()
-                    else ""
-                )
-            )
+        sess = self._session
+        if isinstance(name, str) and name in sess._input_specs:
+            return
+        overridable = [a.name for a in sess.get_overridable_initializers()]
+        raise InvalidArgument(
+            f"cannot bind input {name!r}: the model has no such input. Valid inputs: "
+            f"{[a.name for a in sess.get_inputs()]}"
+            + (f"; overridable initializers: {overridable}" if overridable else "")
+        )
 
     def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
-        """Bind a host array; read in place at each run when it is C-contiguous, converted once otherwise."""
+        """Bind a host array: read in place at each run when it is C-contiguous, converted once otherwise."""
         self._check_input_name(name)
         self._inputs[name] = OrtValue.ortvalue_from_numpy(as_host_array(arr_on_cpu, f"bind_cpu_input('{name}')"))
 
@@ -66,18 +70,23 @@ class IOBinding:
         shape: Sequence[int],
         buffer_ptr: int,
     ) -> None:
-        """Bind ``shape`` elements of ``element_type`` at ``buffer_ptr`` on a device, read in place."""
+        """Bind ``shape`` elements of ``element_type`` at ``buffer_ptr`` on a device, read in place.
+
+        The caller keeps that memory alive and unchanged in size while it is bound (a raw
+        pointer carries no owner). ``buffer_ptr`` may be 0 for a tensor with no elements.
+        """
         self._check_input_name(name)
         dt = _element_dtype(element_type)
         dims = _check_shape(shape, f"bind_input('{name}')")
         provider = provider_for_device(device_type, device_id)
         try:
-            arr = provider.wrap_pointer(int(buffer_ptr or 0), dims, dt)
+            arr = provider.wrap_pointer(_pointer(buffer_ptr, f"bind_input('{name}')"), dims, dt)
         except (TypeError, ValueError) as e:
             raise InvalidArgument(f"bind_input('{name}'): {e}") from None
         self._inputs[name] = OrtValue(arr, provider)
 
     def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
+        """Bind an OrtValue; it (and whatever owns its memory) stays alive while bound."""
         self._check_input_name(name)
         if not isinstance(ortvalue, OrtValue):
             raise InvalidArgument(f"bind_ortvalue_input('{name}') needs an OrtValue, got {type(ortvalue).__name__}")
@@ -93,12 +102,13 @@ class IOBinding:
 
     # -- outputs --------------------------------------------------------------------------------
     def _check_output_name(self, name: str) -> None:
-        names = self._session._output_names
-        if name in names:
-            return
-        if name in self._session._base_graph.defined_names():
-            return  # an intermediate value, fetchable by name
-        raise InvalidArgument(f"cannot bind output '{name}': the model has no such output. Valid outputs: {names}")
+        sess = self._session
+        if isinstance(name, str) and (name in sess._output_names or name in sess._base_graph.defined_names()):
+            return  # a graph output, or an intermediate value fetched by name
+        raise InvalidArgument(
+            f"cannot bind output {name!r}: the model has no such output. Valid outputs: {sess._output_names} "
+            "(an intermediate value of the graph may also be bound by name)"
+        )
 
     def bind_output(
         self,
@@ -109,7 +119,11 @@ class IOBinding:
         shape: Sequence[int] | None = None,
         buffer_ptr: int | None = None,
     ) -> None:
-        """Bind an output to a device; with ``buffer_ptr`` the result is written into that memory."""
+        """Bind an output to a device; with ``buffer_ptr`` the result is written into that memory.
+
+        Without ``buffer_ptr`` the runtime allocates the output at each run (``element_type``
+        and ``shape`` are then not needed and are ignored, as in onnxruntime).
+        """
         self._check_output_name(name)
         provider = provider_for_device(device_type, device_id)
         if buffer_ptr is None:
@@ -123,17 +137,24 @@ class IOBinding:
         dims = _check_shape(shape, f"bind_output('{name}')")
         self._check_declared(name, dt, dims)
         try:
-            arr = provider.wrap_pointer(int(buffer_ptr), dims, dt)
+            arr = provider.wrap_pointer(_pointer(buffer_ptr, f"bind_output('{name}')"), dims, dt)
         except (TypeError, ValueError) as e:
             raise InvalidArgument(f"bind_output('{name}'): {e}") from None
         self._outputs[name] = _BoundOutput(provider, OrtValue(arr, provider))
 
     def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
-        """Bind an output to an OrtValue; the result is written into its memory."""
+        """Bind an output to an OrtValue; the result is written into its memory at each run."""
         self._check_output_name(name)
         if not isinstance(ortvalue, OrtValue) or not ortvalue.is_tensor():
             raise InvalidArgument(f"bind_ortvalue_output('{name}') needs a tensor OrtValue, got {ortvalue!r}")
-        self._check_declared(name, ortvalue._value.dtype, tuple(ortvalue.shape()))
+        arr = ortvalue._value
+        if not ortvalue._provider.writeable(arr):
+            raise InvalidArgument(f"bind_ortvalue_output('{name}'): the OrtValue's memory is read-only")
+        if arr.dtype.hasobject:
+            raise InvalidArgument(
+                f"bind_ortvalue_output('{name}'): string tensors cannot be written in place; bind_output('{name}') instead"
+            )
+        self._check_declared(name, arr.dtype, tuple(int(d) for d in arr.shape))
         self._outputs[name] = _BoundOutput(ortvalue._provider, ortvalue)
 
     def _check_declared(self, name: str, dt: np.dtype, dims: tuple[int, ...]) -> None:
@@ -142,18 +163,21 @@ class IOBinding:
             if arg.name != name:
                 continue
             want = arg.type
-            if want.startswith("tensor(") and dtypes.dtype_string(dt) != want:
-                raise InvalidArgument(
-                    f"bind_output('{name}'): buffer is {dtypes.dtype_string(dt)}, the model's output is {want}"
-                )
+            got = dtypes.dtype_string(dt)
+            if want.startswith("tensor(") and got != want:
+                raise InvalidArgument(f"bind_output('{name}'): buffer is {got}, the model's output is {want}")
+            if not want.startswith("tensor("):
+                raise InvalidArgument(f"bind_output('{name}'): the output is {want}, not a tensor; it needs no buffer")
             if arg.shape and len(arg.shape) != len(dims):
                 raise InvalidArgument(
-                    f"bind_output('{name}'): buffer shape {list(dims)} has rank {len(dims)}, the model's output has shape {arg.shape}"
+                    f"bind_output('{name}'): buffer shape {list(dims)} has rank {len(dims)}, "
+                    f"the model's output has shape {arg.shape}"
                 )
             for i, (d, w) in enumerate(zip(dims, arg.shape)):
                 if isinstance(w, int) and d != w:
                     raise InvalidArgument(
-                        f"bind_output('{name}'): buffer shape {list(dims)} differs at index {i} from the model's output shape {arg.shape}"
+                        f"bind_output('{name}'): buffer shape {list(dims)} differs at index {i} "
+                        f"from the model's output shape {arg.shape}"
                     )
 
     def clear_binding_outputs(self) -> None:
@@ -168,12 +192,14 @@ class IOBinding:
 
     # -- results --------------------------------------------------------------------------------
     def get_outputs(self) -> list[OrtValue]:
+        """The last run's outputs in binding order; buffer-bound ones view the bound memory."""
         return list(self._results)
 
     def get_outputs_as_ortvaluevector(self) -> list[OrtValue]:
         return list(self._results)
 
     def copy_outputs_to_cpu(self) -> list[Any]:
+        """Host copies of the last run's outputs (the caller owns them)."""
         out: list[Any] = []
         for v in self._results:
             host = v.numpy()
@@ -189,67 +215,131 @@ class IOBinding:
     def _run(self, run_options: RunOptions | None) -> None:
         sess = self._session
         if not self._outputs:
-            raise InvalidArgument("run_with_iobinding: no output is bound; call bind_output for each output you need")
+            raise InvalidArgument(
+                "run_with_iobinding: at least one output should be requested; call bind_output for each output you need"
+            )
         feeds = {name: sess._prepare_feed(name, v) for name, v in self._inputs.items()}
         names = list(self._outputs)
+        bound = [self._outputs[n] for n in names]
         values = sess._run_device(names, feeds, run_options)
-        # Check every preallocated destination before writing any of them.
-        for name, value in zip(names, values):
-            target = self._outputs[name].target
-            if target is None:
+        src = sess._provider
+
+        # 1. Check every preallocated destination before writing any of them.
+        for name, b, value in zip(names, bound, values):
+            if b.target is None:
                 continue
             if value is None or isinstance(value, list):
                 raise InvalidArgument(f"output '{name}' is not a tensor; it cannot be written into a bound buffer")
-            t = target._value
+            t = b.target._value
             if tuple(value.shape) != tuple(t.shape) or value.dtype != t.dtype:
                 raise InvalidArgument(
-                    f"output '{name}' is {dtypes.dtype_string(value.dtype)} {list(value.shape)}, but the bound buffer is "
-                    f"{dtypes.dtype_string(t.dtype)} {list(t.shape)}; nothing was written"
+                    f"output '{name}' is {_describe(value)}, but the bound buffer is {_describe(t)}; "
+                    "nothing was written"
                 )
-        results: list[OrtValue] = []
-        src_provider = sess._provider
-        for name, value in zip(names, values):
-            bound = self._outputs[name]
-            if bound.target is not None:
-                _copy_into(bound.target, value, src_provider)
-                results.append(bound.target)
+
+        # 2. Settle what aliases what before any write: a result that overlaps a bound buffer
+        # other than its own would be changed by writing that buffer, so it is copied first;
+        # an allocated result never views a caller's input, a constant or another result.
+        targets = [b.target._value for b in bound if b.target is not None and b.target._value.size]
+        shared = [a for f in feeds.values() for a in (f if isinstance(f, list) else [f]) if _is_array(a)]
+        handed_out: list[Any] = []
+
+        def settle(value: Any, own: Any) -> Any:
+            if not _is_array(value):
+                return value
+            if not src.is_device_array(value):
+                value = src.xp.asarray(value)  # e.g. a scalar some kernel returned
+            if not value.size:
+                return value
+            overlaps = [t for t in targets if t is not own]
+            if own is None:
+                overlaps += shared + handed_out
+            if (own is None and not src.writeable(value)) or any(src.may_share_memory(value, o) for o in overlaps):
+                value = value.copy()
+            if own is None:
+                handed_out.append(value)
+            return value
+
+        staged: list[Any] = []
+        for b, value in zip(bound, values):
+            if isinstance(value, list):
+                staged.append([settle(v, None) for v in value])
             else:
-                results.append(_wrap_result(value, src_provider, bound.provider, feeds))
+                staged.append(settle(value, b.target._value if b.target is not None else None))
+
+        # 3. Write the bound buffers and wrap the rest.
+        results: list[OrtValue] = []
+        for b, value in zip(bound, staged):
+            if b.target is not None:
+                _copy_into(b.target, value, src)
+                results.append(b.target)
+            else:
+                results.append(_wrap_result(value, src, b.provider))
         self._results = results
 
 
+def _pointer(buffer_ptr: Any, what: str) -> int:
+    try:
+        ptr = int(buffer_ptr or 0)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{what}: buffer_ptr must be an integer address, got {buffer_ptr!r}") from None
+    if ptr < 0:
+        raise InvalidArgument(f"{what}: buffer_ptr {ptr} is negative")
+    return ptr
+
+
+def _is_array(value: Any) -> bool:
+    return value is not None and not isinstance(value, list) and hasattr(value, "shape")
+
+
+def _describe(arr: Any) -> str:
+    try:
+        kind = dtypes.dtype_string(arr.dtype)
+    except ValueError:
+        kind = str(arr.dtype)
+    return f"{kind} {list(arr.shape)}"
+
+
 def _copy_into(target: OrtValue, value: Any, src: Provider) -> None:
+    """Write ``value`` into the bound buffer once (nothing to do if it already is that buffer)."""
     t = target._value
     dst = target._provider
-    if dst.data_ptr(t) == src.data_ptr(value) and t.size:
-        return  # the kernel already wrote into the bound buffer
-    if dst is src or dst.device_type == src.device_type == "cpu":
-        dst.copy_into(t, value)
+    if not t.size:
+        return
+    if value is t:
+        return
+    same_device = dst is src or dst.device_type == src.device_type
+    if same_device and _same_memory(dst, t, value):
+        return  # the kernel already wrote there (or the bound input is the bound output)
+    if same_device:
+        dst.copy_into(t, value)  # overlapping memory is handled by the copy
     elif dst.device_type == "cpu":
         np.copyto(t, src.to_host(value))
     else:
         dst.copy_into(t, dst.from_host(src.to_host(value)))
 
 
-def _wrap_result(value: Any, src: Provider, dst: Provider, feeds: dict[str, Any]) -> OrtValue:
+def _same_memory(p: Provider, a: Any, b: Any) -> bool:
+    """Same address, shape, dtype and strides: the two arrays are the same bytes."""
+    return (
+        p.data_ptr(a) == p.data_ptr(b)
+        and a.shape == b.shape
+        and a.dtype == b.dtype
+        and tuple(a.strides) == tuple(b.strides)
+    )
+
+
+def _wrap_result(value: Any, src: Provider, dst: Provider) -> OrtValue:
     if value is None:
         return OrtValue(None, dst)
     if isinstance(value, list):
         return OrtValue([_move(v, src, dst) for v in value], dst)
-    moved = _move(value, src, dst)
-    if moved is value and dst is CPU or (moved is value and dst.device_type == "cpu"):
-        # Never hand out a constant (read-only) or a view of a bound input: the caller owns outputs.
-        if isinstance(moved, np.ndarray) and (
-            not moved.flags.writeable
-            or any(isinstance(f, np.ndarray) and np.may_share_memory(moved, f) for f in feeds.values())
-        ):
-            moved = moved.copy()
-    return OrtValue(moved, dst)
+    return OrtValue(_move(value, src, dst), dst)
 
 
 def _move(value: Any, src: Provider, dst: Provider) -> Any:
-    if src is dst or (src.device_type == dst.device_type == "cpu"):
-        return np.asarray(value) if dst.device_type == "cpu" and not isinstance(value, np.ndarray) else value
+    if src is dst or src.device_type == dst.device_type:
+        return value
     if dst.device_type == "cpu":
         return src.to_host(value)
     return dst.from_host(src.to_host(value))

@@ -109,11 +109,19 @@ class OrtValue:
     def ortvalue_from_numpy(
         numpy_obj: Any, device_type: str = "cpu", device_id: int = 0, vendor_id: int = -1
     ) -> OrtValue:
+        """An OrtValue holding ``numpy_obj`` on a device.
+
+        On the CPU a C-contiguous, aligned, native-byte-order array is wrapped without copying
+        (``data_ptr()`` is the array's address; the OrtValue keeps the array alive); anything
+        else is converted once.
+        """
         arr = as_host_array(numpy_obj, "ortvalue_from_numpy")
+        if not arr.dtype.isnative:
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         if not _supported(arr.dtype):
             raise InvalidArgument(f"ortvalue_from_numpy: numpy dtype {arr.dtype} has no ONNX element type")
         provider = provider_for_device(device_type, device_id)
-        if provider is CPU or provider.device_type == "cpu":
+        if provider.device_type == "cpu":
             if arr.flags.c_contiguous and arr.flags.aligned:
                 return OrtValue(arr, provider, owner=numpy_obj)
             return OrtValue(np.ascontiguousarray(arr), provider)
@@ -214,26 +222,35 @@ class OrtValue:
         return self._provider.to_host(v)
 
     def update_inplace(self, np_arr: Any) -> None:
-        """Overwrite this tensor's values with ``np_arr`` (same dtype and element count), in place."""
+        """Overwrite this tensor's values with ``np_arr`` (same dtype and element count), in place.
+
+        The memory (and so ``data_ptr()``) stays the same; unlike onnxruntime, a different dtype
+        is an error rather than a reinterpretation of bytes.
+        """
         t = self._tensor("update_inplace")
         src = as_host_array(np_arr, "update_inplace")
         if src.dtype != t.dtype:
             raise InvalidArgument(f"update_inplace: got dtype {src.dtype}, the OrtValue holds {t.dtype}")
         if src.size != t.size:
             raise InvalidArgument(
-                f"update_inplace: got {src.size} elements (shape {list(src.shape)}), the OrtValue holds {t.size} (shape {list(t.shape)})"
+                f"update_inplace: got {src.size} elements (shape {list(src.shape)}), "
+                f"the OrtValue holds {t.size} (shape {list(t.shape)})"
             )
-        if self._provider.device_type == "cpu":
-            np.copyto(t, src.reshape(t.shape))
-        else:
-            t.set(np.ascontiguousarray(src.reshape(t.shape)))
+        if not self._provider.writeable(t):
+            raise InvalidArgument("update_inplace: this OrtValue's memory is read-only")
+        self._provider.copy_into(t, self._provider.from_host(np.ascontiguousarray(src).reshape(t.shape)))
 
     # -- interop -------------------------------------------------------------------------------
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         arr = self._provider.to_host(self._tensor("__array__"))
+        on_host = self._provider.device_type == "cpu"
         if dtype is not None and np.dtype(dtype) != arr.dtype:
+            if copy is False:
+                raise ValueError(f"converting {arr.dtype} to {np.dtype(dtype)} needs a copy, but copy=False")
             return arr.astype(dtype)
-        if copy:
+        if copy is False and not on_host:
+            raise ValueError(f"this OrtValue lives on {self.device_name()}; reading it on the host needs a copy")
+        if copy and on_host:
             return arr.copy()
         return arr
 

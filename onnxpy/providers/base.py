@@ -52,6 +52,14 @@ class Provider(ABC):
     def data_ptr(self, array: Any) -> int:
         return int(array.__array_interface__["data"][0]) if array.size else 0
 
+    def may_share_memory(self, a: Any, b: Any) -> bool:
+        """Whether two arrays of this provider might overlap (a cheap bounds check)."""
+        return bool(self.xp.may_share_memory(a, b))
+
+    def writeable(self, array: Any) -> bool:
+        """Whether results may be written into ``array`` (read-only host arrays may not)."""
+        return True
+
     def synchronize(self) -> None:
         """Block until work queued on this provider is done (nothing to wait for on the CPU)."""
         return None

@@ -35,6 +35,8 @@ class CPUProvider(Provider):
         if not ptr:
             raise ValueError(f"buffer_ptr is 0 (null) but shape {list(shape)} needs {nbytes} bytes")
         raw = (ctypes.c_char * nbytes).from_address(int(ptr))
+        if owner is not None:
+            raw._owner = owner  # the array's base chain now keeps the memory's owner alive
         return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
 
     def from_dlpack(self, obj: Any) -> np.ndarray:
@@ -42,3 +44,6 @@ class CPUProvider(Provider):
 
     def is_device_array(self, obj: Any) -> bool:
         return isinstance(obj, np.ndarray)
+
+    def writeable(self, array: Any) -> bool:
+        return bool(array.flags.writeable)
