@@ -3,6 +3,7 @@ MeanVarianceNormalization, EyeLike, BitCast."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -196,8 +197,8 @@ def lp_normalization(xp: Any, input: Any, *, axis: int = -1, p: int = 2) -> Any:
 
 
 @op("MeanVarianceNormalization", 9)
-def mean_variance_normalization(xp: Any, X: Any, *, axes: list[int] | None = None) -> Any:  # noqa: N803 - spec name
-    ax = tuple(normalize_axes(axes if axes is not None else [0, 2, 3], X.ndim))
+def mean_variance_normalization(xp: Any, X: Any, *, axes: Sequence[int] = (0, 2, 3)) -> Any:  # noqa: N803 - spec name
+    ax = tuple(normalize_axes(axes, X.ndim))
     w = X.astype(np.float32) if _is_narrow_float(X.dtype) else X
     centered = w - xp.mean(w, axis=ax, keepdims=True)
     std = xp.sqrt(xp.mean(centered * centered, axis=ax, keepdims=True))

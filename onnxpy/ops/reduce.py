@@ -168,16 +168,13 @@ def _minus_inf(dtype: np.dtype) -> Any:
     return -np.inf if dtype.kind not in "iub" else np.iinfo(dtype).min
 
 
-def _nan(dtype: np.dtype) -> Any:
-    return np.nan if dtype.kind not in "iub" else 0
-
-
 # -- registration: one attribute-axes kernel (opset 1) and one input-axes kernel per op -------------
 
 _BODIES: dict[str, tuple[Body, Callable[[np.dtype], Any], int]] = {
     # name: (body, empty-set value, opset where axes became an input)
     "ReduceSum": (_sum, _zero, 13),
-    "ReduceMean": (_mean, _nan, 18),
+    # The spec leaves an empty mean undefined; onnxruntime returns 0.
+    "ReduceMean": (_mean, _zero, 18),
     "ReduceMax": (_max, _lowest, 18),
     "ReduceMin": (_min, _highest, 18),
     "ReduceProd": (_prod, _one, 18),

@@ -1,0 +1,334 @@
+"""Reduce*, ArgMax and ArgMin kernels against onnxruntime (numpy where onnxruntime lacks the case):
+attribute and input axes, keepdims, noop_with_empty_axes, empty sets, rank 0, and the dtypes the
+conformance suite does not reach."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import onnxpy
+from onnxpy.model.dtypes import elem_type
+
+REDUCE_OPS = [
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+]
+
+
+def axes_as_input(op: str, opset: int) -> bool:
+    return opset >= (13 if op == "ReduceSum" else 18)
+
+
+def node_model(op: str, inputs: dict[str, np.ndarray | None], n_outputs: int, opset: int, **attrs: Any) -> bytes:
+    """A one-node model; an input given as None is omitted (empty name)."""
+    names = [n if v is not None else "" for n, v in inputs.items()]
+    outs = [f"y{i}" for i in range(n_outputs)]
+    node = helper.make_node(op, names, outs, **attrs)
+    vis = [helper.make_tensor_value_info(n, elem_type(v.dtype), None) for n, v in inputs.items() if v is not None]
+    graph = helper.make_graph([node], "g", vis, [helper.make_tensor_value_info(o, 0, None) for o in outs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        for o, io in zip(model.graph.output, inferred.graph.output):
+            o.type.CopyFrom(io.type)
+    except Exception:  # noqa: BLE001 - a type onnx's schema rejects: leave the outputs untyped
+        pass
+    return model.SerializeToString()
+
+
+def feeds_of(inputs: dict[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+    return {n: v for n, v in inputs.items() if v is not None}
+
+
+def run_ours(model: bytes, inputs: dict[str, np.ndarray | None]) -> list[np.ndarray]:
+    return onnxpy.InferenceSession(model).run(None, feeds_of(inputs))
+
+
+def run_ort(model: bytes, inputs: dict[str, np.ndarray | None]) -> list[np.ndarray] | None:
+    """onnxruntime's outputs, or None when it has no kernel for the case (type not implemented)."""
+    try:
+        sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        if "NOT_IMPLEMENTED" in str(e) or "Type Error" in str(e) or "can't be converted" in str(e):
+            return None
+        raise
+    try:
+        return sess.run(None, feeds_of(inputs))
+    except Exception as e:  # noqa: BLE001
+        if "can't be converted" in str(e):
+            return None
+        raise
+
+
+def assert_same(got: np.ndarray, want: np.ndarray, rtol: float | None = None) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, f"dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want)
+        return
+    if rtol is None:
+        rtol = {2: 4e-3, 4: 1e-5}.get(want.dtype.itemsize, 1e-12)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=rtol, equal_nan=True)
+
+
+def reduce_case(op: str, x: np.ndarray, axes: list[int] | None, opset: int, **attrs: Any) -> tuple[bytes, dict]:
+    if axes_as_input(op, opset):
+        inputs = {"x": x, "axes": None if axes is None else np.array(axes, dtype=np.int64)}
+        return node_model(op, inputs, 1, opset, **attrs), inputs
+    if axes is not None:
+        attrs["axes"] = axes
+    inputs = {"x": x}
+    return node_model(op, inputs, 1, opset, **attrs), inputs
+
+
+def check_against_ort(op: str, x: np.ndarray, axes: list[int] | None, opset: int, **attrs: Any) -> np.ndarray:
+    model, inputs = reduce_case(op, x, axes, opset, **attrs)
+    got = run_ours(model, inputs)[0]
+    want = run_ort(model, inputs)
+    assert want is not None, f"onnxruntime has no {op}({opset}) for {x.dtype}"
+    assert_same(got, want[0])
+    return got
+
+
+def data_for(op: str, shape: tuple[int, ...], dtype: Any, rng: np.random.Generator) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt.kind in "iu":
+        lo = 0 if dt.kind == "u" or op == "ReduceLogSum" else -4
+        return rng.integers(lo, 5, size=shape).astype(dt)
+    v = rng.standard_normal(shape)
+    if op == "ReduceLogSum":
+        v = np.abs(v) + 0.1  # a positive sum keeps log finite
+    if op == "ReduceProd":
+        v = np.sign(v) * (0.5 + np.abs(v) % 1)  # products of many values stay in range
+    return v.astype(dt)
+
+
+AXES = [None, [1], [-1], [0, 2], [-3, -1], [2, 0, 1]]
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_axes_and_keepdims_match_onnxruntime(op: str, opset: int) -> None:
+    rng = np.random.default_rng(0)
+    x = data_for(op, (3, 4, 5), np.float32, rng)
+    for axes in AXES:
+        for keepdims in (0, 1):
+            check_against_ort(op, x, axes, opset, keepdims=keepdims)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_dtypes_match_onnxruntime(op: str, dtype: Any) -> None:
+    rng = np.random.default_rng(1)
+    x = data_for(op, (4, 6, 3), dtype, rng)
+    opset = 18
+    for axes, keepdims in (([1], 1), ([-1, 0], 0), (None, 0)):
+        model, inputs = reduce_case(op, x, axes, opset, keepdims=keepdims)
+        got = run_ours(model, inputs)[0]
+        want = run_ort(model, inputs)
+        if want is None:
+            # onnxruntime has no kernel for this type: compare with the float64 reduction
+            want = [_numpy_reduce(op, x, axes, keepdims).astype(x.dtype)]
+        assert_same(got, want[0])
+
+
+def _numpy_reduce(op: str, x: np.ndarray, axes: list[int] | None, keepdims: int) -> np.ndarray:
+    ax = tuple(range(x.ndim)) if not axes else tuple(a % x.ndim for a in axes)
+    w = x.astype(np.float64)
+    kd = bool(keepdims)
+    fns = {
+        "ReduceSum": lambda: w.sum(axis=ax, keepdims=kd),
+        "ReduceMean": lambda: w.mean(axis=ax, keepdims=kd),
+        "ReduceMax": lambda: w.max(axis=ax, keepdims=kd),
+        "ReduceMin": lambda: w.min(axis=ax, keepdims=kd),
+        "ReduceProd": lambda: w.prod(axis=ax, keepdims=kd),
+        "ReduceL1": lambda: np.abs(w).sum(axis=ax, keepdims=kd),
+        "ReduceL2": lambda: np.sqrt((w * w).sum(axis=ax, keepdims=kd)),
+        "ReduceLogSum": lambda: np.log(w.sum(axis=ax, keepdims=kd)),
+        "ReduceLogSumExp": lambda: np.log(np.exp(w).sum(axis=ax, keepdims=kd)),
+        "ReduceSumSquare": lambda: (w * w).sum(axis=ax, keepdims=kd),
+    }
+    return np.asarray(fns[op]())
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_bfloat16_follows_the_float32_result(op: str) -> None:
+    # onnxruntime has no bfloat16 reductions on CPU: the float64 result rounded to bfloat16 is the oracle.
+    rng = np.random.default_rng(2)
+    x = data_for(op, (3, 8, 4), np.float32, rng).astype(ml_dtypes.bfloat16)
+    for axes, keepdims in (([1], 1), ([0, -1], 0), (None, 1)):
+        model, inputs = reduce_case(op, x, axes, 18, keepdims=keepdims)
+        got = run_ours(model, inputs)[0]
+        want = _numpy_reduce(op, x, axes, keepdims)
+        assert got.dtype == ml_dtypes.bfloat16
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_noop_with_empty_axes_applies_only_the_elementwise_part(op: str) -> None:
+    rng = np.random.default_rng(3)
+    x = data_for(op, (2, 3), np.float32, rng)
+    opset = 13 if op == "ReduceSum" else 18
+    for axes in (None, []):
+        got = check_against_ort(op, x, axes, opset, noop_with_empty_axes=1, keepdims=0)
+        assert got.shape == x.shape
+        # and without noop, empty axes reduce everything
+        got = check_against_ort(op, x, axes, opset, noop_with_empty_axes=0, keepdims=0)
+        assert got.shape == ()
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduction_over_an_empty_set_gives_the_identity(op: str) -> None:
+    x = np.zeros((2, 0, 3), dtype=np.float32)
+    for keepdims in (0, 1):
+        check_against_ort(op, x, [1], 18, keepdims=keepdims)
+        # reducing a non-empty axis of an empty tensor keeps it empty
+        got = check_against_ort(op, x, [2], 18, keepdims=keepdims)
+        assert got.size == 0
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceMean"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_empty_integer_reductions_match_onnxruntime(op: str, dtype: Any) -> None:
+    check_against_ort(op, np.zeros((3, 0), dtype=dtype), [1], 18, keepdims=0)
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_bool_max_min(op: str) -> None:
+    x = np.array([[True, False, False], [False, False, False], [True, True, True]])
+    for axes in ([1], [0], None):
+        check_against_ort(op, x, axes, 20, keepdims=0)
+    # onnxruntime refuses an empty bool set; the spec's identity is False < True.
+    model, inputs = reduce_case(op, np.zeros((2, 0), dtype=bool), [1], 20, keepdims=1)
+    got = run_ours(model, inputs)[0]
+    assert got.dtype == np.bool_ and got.shape == (2, 1)
+    assert got.tolist() == [[op == "ReduceMin"]] * 2
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_rank_zero_input(op: str) -> None:
+    x = np.array(1.5, dtype=np.float32)
+    for opset in (11, 18):
+        got = check_against_ort(op, x, None, opset, keepdims=1)
+        assert got.shape == ()
+
+
+def test_integer_mean_truncates_toward_zero() -> None:
+    x = np.array([[-7, 0], [7, 0], [-1, -2], [5, -8]], dtype=np.int32)
+    got = check_against_ort("ReduceMean", x, [1], 18, keepdims=0)
+    assert got.tolist() == [-3, 3, -1, -1]
+
+
+def test_float16_sums_accumulate_in_float32() -> None:
+    x = np.full((8192,), 0.1, dtype=np.float16)
+    model, inputs = reduce_case("ReduceSum", x, None, 13, keepdims=0)
+    got = run_ours(model, inputs)[0]
+    exact = x.astype(np.float64).sum()
+    # A float16 accumulator stalls at 256 (0.1 is below half an ulp there); float32 does not.
+    assert got.dtype == np.float16
+    assert abs(float(got) - exact) / exact < 2e-3
+    model, inputs = reduce_case("ReduceMean", x, None, 18, keepdims=0)
+    assert abs(float(run_ours(model, inputs)[0]) - 0.1) < 1e-3
+
+
+def test_log_sum_exp_is_stable_for_large_values() -> None:
+    x = np.array([[1000.0, 1000.0], [-1000.0, -1000.0], [-np.inf, -np.inf], [np.inf, 1.0]], dtype=np.float32)
+    model, inputs = reduce_case("ReduceLogSumExp", x, [1], 18, keepdims=0)
+    got = run_ours(model, inputs)[0]
+    want = np.array([1000 + np.log(2), -1000 + np.log(2), -np.inf, np.inf], dtype=np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("axes", [[3], [-4], [0, 0], [1, -2]])
+def test_bad_axes_are_rejected(axes: list[int]) -> None:
+    x = np.ones((2, 3, 4), dtype=np.float32)
+    for opset in (11, 18):
+        model, inputs = reduce_case("ReduceMax", x, axes, opset)
+        with pytest.raises(Exception, match="axes"):
+            run_ours(model, inputs)
+
+
+def test_reduce_mean_13_takes_negative_axes_as_attribute() -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    check_against_ort("ReduceMean", x, [-1], 13, keepdims=0)
+
+
+# -- ArgMax / ArgMin -------------------------------------------------------------------------------
+
+
+def arg_case(op: str, x: np.ndarray, opset: int, **attrs: Any) -> np.ndarray:
+    inputs = {"x": x}
+    model = node_model(op, inputs, 1, opset, **attrs)
+    got = run_ours(model, inputs)[0]
+    want = run_ort(model, inputs)
+    assert want is not None, f"onnxruntime has no {op}({opset}) for {x.dtype}"
+    assert_same(got, want[0])
+    return got
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+def test_arg_attributes_with_ties_match_onnxruntime(op: str) -> None:
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 3, size=(3, 4, 5)).astype(np.float32)  # many ties
+    for axis in (0, 1, 2, -1, -3):
+        for keepdims in (0, 1):
+            arg_case(op, x, 11, axis=axis, keepdims=keepdims)
+            for last in (0, 1):
+                arg_case(op, x, 13, axis=axis, keepdims=keepdims, select_last_index=last)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int32, np.int64, np.uint8, np.int8])
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+def test_arg_dtypes(op: str, dtype: Any) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 4, size=(4, 6)).astype(dtype)
+    for last in (0, 1):
+        inputs = {"x": x}
+        model = node_model(op, inputs, 1, 13, axis=1, keepdims=0, select_last_index=last)
+        got = run_ours(model, inputs)[0]
+        want = run_ort(model, inputs)
+        if want is None:
+            fn = np.argmax if op == "ArgMax" else np.argmin
+            idx = fn(x[:, ::-1], axis=1) if last else fn(x, axis=1)
+            want = [(x.shape[1] - 1 - idx if last else idx).astype(np.int64)]
+        assert_same(got, want[0])
+
+
+def test_arg_bfloat16_and_single_element_axis() -> None:
+    x = np.array([[1, 3, 3, 2], [5, 5, 0, 5]], dtype=ml_dtypes.bfloat16)
+    inputs = {"x": x}
+    got = run_ours(node_model("ArgMax", inputs, 1, 13, axis=1, select_last_index=1), inputs)[0]
+    assert got.dtype == np.int64 and got.tolist() == [[2], [3]]
+    got = run_ours(node_model("ArgMin", inputs, 1, 13, axis=-1, keepdims=0), inputs)[0]
+    assert got.tolist() == [0, 2]
+    arg_case("ArgMax", np.ones((3, 1), dtype=np.float32), 13, axis=1, select_last_index=1)
+
+
+def test_arg_over_an_empty_axis_is_an_error() -> None:
+    inputs = {"x": np.zeros((2, 0), dtype=np.float32)}
+    with pytest.raises(Exception, match="empty"):
+        run_ours(node_model("ArgMax", inputs, 1, 13, axis=1), inputs)
+
+
+def test_opset_7_models_with_default_keepdims() -> None:
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 8 + 0.5
+    for op in REDUCE_OPS:
+        check_against_ort(op, x, [1, 2], 7)
