@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ._compat import check_alloc, host_ints, host_scalar, normalize_axes, normalize_axis
+from ._compat import check_alloc, host_ints, host_scalar, normalize_axes
 from .registry import op
 
 # -- shared helpers ------------------------------------------------------------------------------
