@@ -222,13 +222,19 @@ class OrtValue:
         return self._provider.to_host(v)
 
     def update_inplace(self, np_arr: Any) -> None:
-        """Overwrite this tensor's values with ``np_arr`` (same dtype and element count), in place.
+        """Overwrite this tensor's values in place with a numpy array or another OrtValue.
 
-        The memory (and so ``data_ptr()``) stays the same; unlike onnxruntime, a different dtype
-        is an error rather than a reinterpretation of bytes.
+        The source needs the same dtype and element count (its shape may differ). The memory (and
+        so ``data_ptr()``) stays the same; unlike onnxruntime, a different dtype is an error
+        rather than a reinterpretation of bytes.
         """
         t = self._tensor("update_inplace")
-        src = as_host_array(np_arr, "update_inplace")
+        if isinstance(np_arr, OrtValue):
+            src_provider = np_arr._provider
+            src = np_arr._tensor("update_inplace source")
+        else:
+            src_provider = CPU
+            src = as_host_array(np_arr, "update_inplace")
         if src.dtype != t.dtype:
             raise InvalidArgument(f"update_inplace: got dtype {src.dtype}, the OrtValue holds {t.dtype}")
         if src.size != t.size:
@@ -238,7 +244,9 @@ class OrtValue:
             )
         if not self._provider.writeable(t):
             raise InvalidArgument("update_inplace: this OrtValue's memory is read-only")
-        self._provider.copy_into(t, self._provider.from_host(np.ascontiguousarray(src).reshape(t.shape)))
+        if src_provider.device_type != self._provider.device_type:
+            src = self._provider.from_host(np.ascontiguousarray(src_provider.to_host(src)))
+        self._provider.copy_into(t, src.reshape(t.shape))
 
     # -- interop -------------------------------------------------------------------------------
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
