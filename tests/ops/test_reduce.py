@@ -47,8 +47,12 @@ def node_model(op: str, inputs: dict[str, np.ndarray | None], n_outputs: int, op
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
         for o, io in zip(model.graph.output, inferred.graph.output):
             o.type.CopyFrom(io.type)
-    except Exception:  # noqa: BLE001 - a type onnx's schema rejects: leave the outputs untyped
+    except Exception:  # noqa: BLE001 - a type onnx's schema rejects: type the outputs below
         pass
+    first = next(v for v in inputs.values() if v is not None)
+    for o in model.graph.output:
+        if not o.type.tensor_type.elem_type:
+            o.type.tensor_type.elem_type = elem_type(first.dtype)
     return model.SerializeToString()
 
 
@@ -60,18 +64,22 @@ def run_ours(model: bytes, inputs: dict[str, np.ndarray | None]) -> list[np.ndar
     return onnxpy.InferenceSession(model).run(None, feeds_of(inputs))
 
 
+# Messages onnxruntime gives for a type or op its CPU build does not implement.
+_ORT_LACKS = (
+    "NOT_IMPLEMENTED",
+    "Type Error",
+    "can't be converted",
+    "No corresponding Numpy type",
+    "not currently registered",
+)
+
+
 def run_ort(model: bytes, inputs: dict[str, np.ndarray | None]) -> list[np.ndarray] | None:
     """onnxruntime's outputs, or None when it has no kernel for the case (type not implemented)."""
     try:
-        sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds_of(inputs))
     except Exception as e:  # noqa: BLE001
-        if "NOT_IMPLEMENTED" in str(e) or "Type Error" in str(e) or "can't be converted" in str(e):
-            return None
-        raise
-    try:
-        return sess.run(None, feeds_of(inputs))
-    except Exception as e:  # noqa: BLE001
-        if "can't be converted" in str(e):
+        if any(m in str(e) for m in _ORT_LACKS):
             return None
         raise
 

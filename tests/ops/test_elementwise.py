@@ -1,0 +1,248 @@
+"""Elementwise kernels against onnxruntime (numpy where onnxruntime lacks the case): every unary op
+over its float types, binary type combinations (Pow), Mod / Div integer semantics, narrow floats,
+variadic ops at opset 7, and the ``out=`` buffers the planner relies on."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from onnxpy.ops import elementwise
+from tests.ops.test_reduce import assert_same, node_model, run_ort, run_ours
+
+UNARY = [
+    "Abs", "Neg", "Reciprocal", "Floor", "Ceil", "Round", "Sqrt", "Exp", "Log", "Sin", "Cos", "Tan",
+    "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Sign", "Erf", "Relu", "Sigmoid",
+    "Tanh", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "ThresholdedRelu", "Softplus",
+    "Softsign", "Mish", "Gelu", "Shrink",
+]  # fmt: skip
+
+
+def unary_input(op: str, dtype: Any, rng: np.random.Generator) -> np.ndarray:
+    v = rng.standard_normal(64) * 3
+    v[:6] = [0.0, -0.0, 0.5, -0.5, 2.5, -2.5]  # signed zeros and rounding ties
+    if op in ("Log", "Sqrt"):
+        v = np.abs(v)
+    elif op in ("Asin", "Acos", "Atanh"):
+        v = np.tanh(v)
+    elif op == "Acosh":
+        v = np.abs(v) + 1
+    # values exact in float16, so runs at every precision see the same inputs
+    return v.astype(np.float16).astype(dtype)
+
+
+def quiet(fn: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("op", UNARY)
+def test_unary_matches_onnxruntime(op: str, dtype: Any) -> None:
+    x = unary_input(op, dtype, np.random.default_rng(0))
+    opset = 20 if op == "Gelu" else 18
+    inputs = {"x": x}
+    model = node_model(op, inputs, 1, opset)
+    got = quiet(lambda: run_ours(model, inputs))[0]
+    want = run_ort(model, inputs)
+    if want is None:
+        # onnxruntime lacks this type: the float32 result (itself checked above) rounded to dtype.
+        want = quiet(
+            lambda: run_ours(node_model(op, {"x": x.astype(np.float32)}, 1, opset), {"x": x.astype(np.float32)})
+        )
+        want = [want[0].astype(dtype)]
+    assert_same(got, want[0], rtol=2e-3 if dtype == np.float16 else 1e-5)
+
+
+@pytest.mark.parametrize("op", UNARY)
+def test_unary_bfloat16_follows_float32(op: str) -> None:
+    x = unary_input(op, np.float32, np.random.default_rng(1)).astype(ml_dtypes.bfloat16)
+    xf = x.astype(np.float32)
+    got = quiet(lambda: run_ours(node_model(op, {"x": x}, 1, 22 if op != "Gelu" else 20), {"x": x}))[0]
+    want = quiet(lambda: run_ours(node_model(op, {"x": xf}, 1, 22 if op != "Gelu" else 20), {"x": xf}))[0]
+    assert got.dtype == ml_dtypes.bfloat16
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=1.6e-2, atol=1e-2, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+@pytest.mark.parametrize("op", ["Abs", "Neg", "Sign", "Relu"])
+def test_integer_unary(op: str, dtype: Any) -> None:
+    x = np.array([np.iinfo(dtype).min + 1, -5, 0, 7, np.iinfo(dtype).max], dtype=dtype)
+    model = node_model(op, {"x": x}, 1, 14)
+    want = run_ort(model, {"x": x})
+    if want is None:
+        want = [{"Abs": np.abs, "Neg": np.negative, "Sign": np.sign, "Relu": lambda v: np.maximum(v, 0)}[op](x)]
+    assert_same(run_ours(model, {"x": x})[0], want[0])
+
+
+# -- Mod / Div -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_float_mod_takes_the_sign_of_the_divisor(dtype: Any) -> None:
+    a = np.array([5.5, -5.5, 5.5, -5.5, 0.0, 3.0, -0.0, 1000.0], dtype=dtype)
+    b = np.array([2.0, 2.0, -2.0, -2.0, 3.0, 1.5, 2.0, 7.0], dtype=dtype)
+    got = run_ours(node_model("Mod", {"a": a, "b": b}, 1, 13), {"a": a, "b": b})[0]
+    expected = a.astype(np.float64) - b.astype(np.float64) * np.floor(a.astype(np.float64) / b.astype(np.float64))
+    np.testing.assert_allclose(got.astype(np.float64), expected, rtol=1e-3)
+    assert np.all((got == 0) | (np.sign(got) == np.sign(b)))
+    # fmod=1 keeps the sign of the dividend, as onnxruntime does
+    model = node_model("Mod", {"a": a, "b": b}, 1, 13, fmod=1)
+    assert_same(run_ours(model, {"a": a, "b": b})[0], run_ort(model, {"a": a, "b": b})[0])
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint32])
+def test_integer_mod_matches_onnxruntime(dtype: Any, fmod: int) -> None:
+    rng = np.random.default_rng(2)
+    lo = 0 if np.dtype(dtype).kind == "u" else -20
+    a = rng.integers(lo, 21, size=40).astype(dtype)
+    b = rng.integers(lo, 21, size=40).astype(dtype)
+    b[b == 0] = 3
+    model = node_model("Mod", {"a": a, "b": b}, 1, 13, fmod=fmod)
+    want = run_ort(model, {"a": a, "b": b})
+    if want is None:
+        want = [np.fmod(a, b) if fmod else np.remainder(a, b)]
+    assert_same(run_ours(model, {"a": a, "b": b})[0], want[0])
+
+
+@pytest.mark.parametrize("op", ["Mod", "Div"])
+def test_integer_division_by_zero_is_an_error(op: str) -> None:
+    a = np.array([5, 7], dtype=np.int32)
+    b = np.array([0, 3], dtype=np.int32)
+    attrs_list = [{"fmod": 0}, {"fmod": 1}] if op == "Mod" else [{}]
+    for attrs in attrs_list:
+        with pytest.raises(Exception, match="by zero"):
+            run_ours(node_model(op, {"a": a, "b": b}, 1, 13, **attrs), {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint16, np.uint64])
+def test_integer_div_truncates_toward_zero(dtype: Any) -> None:
+    info = np.iinfo(dtype)
+    lo = 0 if info.min == 0 else -9
+    a = np.array([7, lo, info.max, info.min, 0, 9], dtype=dtype)
+    b = np.array([2, 2, 3, 1, 5, 9], dtype=dtype)
+    if info.min < 0:
+        b[1] = -2
+    model = node_model("Div", {"a": a, "b": b}, 1, 14)
+    want = run_ort(model, {"a": a, "b": b})
+    if want is None:
+        want = [np.trunc(a.astype(np.float64) / b.astype(np.float64)).astype(dtype)]
+    assert_same(run_ours(model, {"a": a, "b": b})[0], want[0])
+
+
+# -- Pow -------------------------------------------------------------------------------------------
+
+POW_TYPES = [
+    (np.float32, np.float32),
+    (np.float32, np.int64),
+    (np.float32, np.int32),
+    (np.float32, np.float64),
+    (np.float64, np.float32),
+    (np.float64, np.int64),
+    (np.float16, np.float32),
+    (np.float16, np.float16),
+    (np.int32, np.int32),
+    (np.int64, np.int64),
+    (np.int32, np.float32),
+    (np.int64, np.float64),
+    (np.int64, np.int32),
+]
+
+
+@pytest.mark.parametrize(("base", "exponent"), POW_TYPES, ids=lambda t: np.dtype(t).name)
+def test_pow_type_combinations_match_onnxruntime(base: Any, exponent: Any) -> None:
+    rng = np.random.default_rng(3)
+    if np.dtype(base).kind == "i":
+        x = rng.integers(-4, 5, size=30).astype(base)
+    else:
+        x = (np.abs(rng.standard_normal(30)) * 3).astype(base)
+        x[:5] = [-2.0, -0.5, 0.0, 1.0, 3.0]  # negative bases with integral exponents below
+    if np.dtype(exponent).kind == "i":
+        y = rng.integers(-3, 4, size=30).astype(exponent)
+    else:
+        y = (rng.standard_normal(30) * 2).astype(exponent)
+        y[:5] = [2.0, 3.0, 2.0, -1.5, 0.5]
+    if np.dtype(base).kind == "i" and np.dtype(exponent).kind == "i":
+        x[x == 0] = 2  # 0 ** negative is inf, whose integer conversion is platform-defined
+    model = node_model("Pow", {"x": x, "y": y}, 1, 15)
+    got = quiet(lambda: run_ours(model, {"x": x, "y": y}))[0]
+    want = run_ort(model, {"x": x, "y": y})
+    assert want is not None
+    assert_same(got, want[0], rtol=2e-3 if base == np.float16 else 1e-5)
+
+
+def test_pow_negative_integer_exponents() -> None:
+    x = np.array([2, -1, -1, 1, 3, -2, 5], dtype=np.int64)
+    y = np.array([-1, -3, -2, -5, -2, -1, 0], dtype=np.int64)
+    got = run_ours(node_model("Pow", {"x": x, "y": y}, 1, 15), {"x": x, "y": y})[0]
+    assert got.tolist() == [0, -1, 1, 1, 0, 0, 1]
+
+
+def test_pow_square_fast_path_with_a_constant_exponent() -> None:
+    x = np.array([[-3.0, 0.5], [np.inf, np.nan]], dtype=np.float32)
+    for y in (np.array(2.0, np.float32), np.array([2], np.int64), np.array(2.0, np.float16)):
+        got = run_ours(node_model("Pow", {"x": x, "y": y}, 1, 15), {"x": x, "y": y})[0]
+        np.testing.assert_array_equal(got, np.power(x, np.float32(2)))
+        assert got.dtype == np.float32
+
+
+def test_pow_bfloat16() -> None:
+    x = np.array([1.5, 2.0, 0.25], dtype=ml_dtypes.bfloat16)
+    y = np.array([3.0, 0.5, -1.0], dtype=np.float32)
+    got = run_ours(node_model("Pow", {"x": x, "y": y}, 1, 15), {"x": x, "y": y})[0]
+    assert got.dtype == ml_dtypes.bfloat16
+    np.testing.assert_allclose(got.astype(np.float32), [3.375, np.sqrt(2), 4.0], rtol=1e-2)
+
+
+# -- variadic ops, opset 7 -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["Sum", "Mean", "Max", "Min"])
+@pytest.mark.parametrize("opset", [7, 8, 13])
+def test_variadic_ops_every_opset(op: str, opset: int) -> None:
+    rng = np.random.default_rng(4)
+    shapes = [(2, 3)] * 3 if opset == 7 else [(2, 3), (3,), (1, 3)]  # broadcasting from opset 8
+    inputs = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    model = node_model(op, inputs, 1, opset)
+    assert_same(run_ours(model, inputs)[0], run_ort(model, inputs)[0])
+    one = {"x0": inputs["x0"]}
+    model = node_model(op, one, 1, opset)
+    got = run_ours(model, one)[0]
+    assert_same(got, one["x0"])
+
+
+def test_max_min_propagate_nan_like_onnxruntime() -> None:
+    a = np.array([np.nan, 1.0, 2.0], dtype=np.float32)
+    b = np.array([1.0, np.nan, 1.0], dtype=np.float32)
+    for op in ("Max", "Min"):
+        model = node_model(op, {"a": a, "b": b}, 1, 13)
+        assert_same(run_ours(model, {"a": a, "b": b})[0], run_ort(model, {"a": a, "b": b})[0])
+
+
+# -- out= buffers the planner uses -----------------------------------------------------------------
+
+
+def test_out_buffers_are_written_and_returned() -> None:
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    b = rng.standard_normal((4,)).astype(np.float32)
+    for fn, want in (
+        (lambda out: elementwise.add(np, a, b, out=out), a + b),
+        (lambda out: elementwise.sub(np, a, b, out=out), a - b),
+        (lambda out: elementwise.mul(np, a, b, out=out), a * b),
+        (lambda out: elementwise.relu(np, a, out=out), np.maximum(a, 0)),
+    ):
+        buf = np.empty_like(a)
+        r = fn(buf)
+        assert r is buf
+        np.testing.assert_array_equal(buf, want)
+    # in place over an input, as the planner does when the input dies at this node
+    c = a.copy()
+    assert elementwise.relu(np, c, out=c) is c
+    np.testing.assert_array_equal(c, np.maximum(a, 0))
