@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..model import dtypes
@@ -64,9 +65,10 @@ def squeeze_1(xp: Any, data: Any, *, axes: list[int] | None = None) -> Any:
 
 @op("Squeeze", 13, alias={0: 0}, host_inputs=(1,))
 def squeeze(xp: Any, data: Any, axes: Any = None) -> Any:
-    if axes is None or (hasattr(axes, "size") and axes.size == 0 and not isinstance(axes, list)):
-        return data.reshape([d for d in data.shape if d != 1])
     ax = normalize_axes(host_ints(axes), data.ndim)
+    if not ax:
+        # No axes (absent or empty) squeezes every dimension of size 1.
+        return data.reshape([d for d in data.shape if d != 1])
     for a in ax:
         if data.shape[a] != 1:
             raise ValueError(f"cannot squeeze axis {a} of shape {list(data.shape)}: its size is {data.shape[a]}, not 1")
@@ -134,8 +136,10 @@ def _split_sizes(length: int, split: list[int] | None, n_outputs: int, num_outpu
     return [length // n] * n
 
 
-def _split(xp: Any, x: Any, axis: int, sizes: list[int]) -> tuple[Any, ...]:
+def _split(xp: Any, x: Any, axis: int, sizes: list[int], n_outputs: int | None = None) -> tuple[Any, ...]:
     axis = normalize_axis(axis, x.ndim)
+    if n_outputs is not None and len(sizes) != n_outputs:
+        raise ValueError(f"Split makes {len(sizes)} parts (sizes {sizes}) but the node has {n_outputs} outputs")
     out = []
     start = 0
     for s in sizes:
@@ -149,7 +153,11 @@ def _split(xp: Any, x: Any, axis: int, sizes: list[int]) -> tuple[Any, ...]:
 @op("Split", 2)
 def split_2(xp: Any, input: Any, *, axis: int = 0, split: list[int] | None = None, ctx: Any) -> Any:  # noqa: A002
     return _split(
-        xp, input, axis, _split_sizes(input.shape[normalize_axis(axis, input.ndim)], split, ctx.n_outputs, None)
+        xp,
+        input,
+        axis,
+        _split_sizes(input.shape[normalize_axis(axis, input.ndim)], split, ctx.n_outputs, None),
+        ctx.n_outputs,
     )
 
 
@@ -157,7 +165,11 @@ def split_2(xp: Any, input: Any, *, axis: int = 0, split: list[int] | None = Non
 def split_13(xp: Any, input: Any, split: Any = None, *, axis: int = 0, ctx: Any) -> Any:  # noqa: A002
     sizes = host_ints(split) if split is not None else None
     return _split(
-        xp, input, axis, _split_sizes(input.shape[normalize_axis(axis, input.ndim)], sizes, ctx.n_outputs, None)
+        xp,
+        input,
+        axis,
+        _split_sizes(input.shape[normalize_axis(axis, input.ndim)], sizes, ctx.n_outputs, None),
+        ctx.n_outputs,
     )
 
 
@@ -167,7 +179,11 @@ def split(xp: Any, input: Any, split: Any = None, *, axis: int = 0, num_outputs:
     if sizes is not None and num_outputs is not None:
         raise ValueError("Split takes either the 'split' input or the 'num_outputs' attribute, not both")
     return _split(
-        xp, input, axis, _split_sizes(input.shape[normalize_axis(axis, input.ndim)], sizes, ctx.n_outputs, num_outputs)
+        xp,
+        input,
+        axis,
+        _split_sizes(input.shape[normalize_axis(axis, input.ndim)], sizes, ctx.n_outputs, num_outputs),
+        ctx.n_outputs,
     )
 
 
@@ -298,55 +314,142 @@ def constant(
 
 # -- casting -------------------------------------------------------------------------------------
 
-_SATURATING = {
-    dtypes.np_dtype(e)
-    for e in (17, 18, 19, 20)  # float8 types
-}
+# float8 types whose conversion honours `saturate` (clip to +-max instead of inf / NaN).
+_SATURATING = frozenset(dtypes.np_dtype(e) for e in (17, 18, 19, 20))
+_E8M0 = dtypes.ELEM_TO_NP.get(24)  # float8e8m0, when onnx / ml_dtypes know it
+_F64 = np.dtype(np.float64)
 
 
-def cast_array(xp: Any, x: Any, target: np.dtype, saturate: int = 1) -> Any:
+def _host(x: Any) -> np.ndarray:
+    return np.asarray(x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x)
+
+
+def cast_array(xp: Any, x: Any, target: np.dtype, saturate: int = 1, round_mode: str = "up") -> Any:
+    """Cast ``x`` to ``target`` following ONNX Cast: float8 saturation, float8e8m0 rounding,
+    bool as != 0, and string <-> number conversions."""
+    target = np.dtype(target)
     if x.dtype == target:
         return x
     if target.hasobject:
-        if x.dtype.hasobject:
-            return x.copy()
-        host = np.asarray(x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x)
-        if host.dtype.kind == "f":
-            return np.array([_float_to_str(v) for v in host.reshape(-1)], dtype=object).reshape(host.shape)
-        return host.astype(str).astype(object)
+        return _to_strings(x)
     if x.dtype.hasobject:
-        return xp.asarray(np.asarray(x, dtype=str).astype(np.float64 if target.kind == "f" else target).astype(target))
-    if target in _SATURATING and saturate and x.dtype.kind == "f":
-        info = _fp8_max(target)
-        x = xp.clip(x, -info, info)
+        return cast_array(xp, xp.asarray(_parse_strings(_host(x), target)), target, saturate, round_mode)
     if target == np.bool_:
         return x != 0
+    if _E8M0 is not None and target == _E8M0:
+        return _to_e8m0(xp, x, saturate, round_mode)
+    if target in _SATURATING and saturate and x.dtype != np.bool_:
+        # Clip in a type wide enough for the source (float32 covers half types and float8 / 4).
+        wide = x.dtype if x.dtype in (np.float32, _F64) else (_F64 if x.dtype.itemsize >= 4 else np.float32)
+        limit = float(ml_dtypes.finfo(target).max)
+        x = xp.clip(x.astype(wide, copy=False), -limit, limit)
     return x.astype(target)
 
 
-def _fp8_max(dt: np.dtype) -> float:
-    import ml_dtypes
+def _to_e8m0(xp: Any, x: Any, saturate: int, round_mode: str) -> Any:
+    """float8e8m0 holds only a biased exponent: 2**(code - 127), code 255 is NaN. Negative inputs
+    are unspecified by the spec; their magnitude is used."""
+    v = xp.abs(x.astype(_F64))
+    m, e = xp.frexp(v)  # v = m * 2**e with m in [0.5, 1), so floor(log2 v) = e - 1
+    if round_mode == "up":
+        k = e - 1 + (m > 0.5)
+    elif round_mode == "down":
+        k = e - 1
+    elif round_mode == "nearest":
+        k = e - 1 + (m >= 0.75)  # the midpoint between 2**j and 2**(j+1) is 1.5 * 2**j; ties go up
+    else:
+        raise ValueError(f"Cast: round_mode must be 'up', 'down' or 'nearest', got '{round_mode}'")
+    code = k.astype(np.int64) + 127
+    zero = v == 0
+    inf = xp.isinf(v)
+    if saturate:
+        code = xp.where(inf, 254, xp.clip(code, 0, 254))
+        code = xp.where(zero, 0, code)
+    else:
+        # Rounding up brings any positive value below the smallest power up to it; zero, overflow
+        # and (for down / nearest) underflow have no representation.
+        if round_mode == "up":
+            code = xp.maximum(code, 0)
+        code = xp.where(zero | inf | (code < 0) | (code > 254), 255, code)
+    code = xp.where(xp.isnan(v), 255, code)
+    return code.astype(np.uint8).view(_E8M0)
 
-    return float(ml_dtypes.finfo(dt).max)
 
-
-def _float_to_str(v: Any) -> str:
-    f = float(v)
+def _float_text(f: float) -> str:
     if math.isnan(f):
         return "NaN"
     if math.isinf(f):
         return "INF" if f > 0 else "-INF"
-    return repr(np.float32(f).item()) if isinstance(v, np.float32) else repr(f)
+    return "%.8g" % f  # noqa: UP031 - printf formatting is the point: 8 significant digits
+
+
+def _to_strings(x: Any) -> np.ndarray:
+    """Numbers as text the way onnxruntime writes them: 8 significant digits for floats, 1 / 0 for bool."""
+    host = _host(x)
+    out = np.empty(host.shape, dtype=object)
+    flat = out.reshape(-1)
+    if host.dtype == np.bool_:
+        flat[:] = ["1" if v else "0" for v in host.reshape(-1).tolist()]
+    elif host.dtype.kind in "iu" or _is_int_type(host.dtype):
+        flat[:] = [str(v) for v in host.astype(np.int64 if host.dtype.kind != "u" else np.uint64).reshape(-1).tolist()]
+    elif host.dtype.kind == "c":
+        flat[:] = [str(v) for v in host.reshape(-1).tolist()]
+    else:
+        flat[:] = [_float_text(v) for v in host.astype(_F64).reshape(-1).tolist()]
+    return out
+
+
+def _is_int_type(dt: np.dtype) -> bool:
+    try:
+        ml_dtypes.iinfo(dt)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def _parse_float(s: str) -> float:
+    try:
+        return float(s)  # accepts INF, +INF, -inf, NaN in any case, and scientific notation
+    except ValueError:
+        try:
+            return float.fromhex(s.strip())
+        except ValueError:
+            raise ValueError(f"Cast: cannot convert string {s!r} to a number") from None
+
+
+def _parse_int(s: str) -> int:
+    try:
+        return int(s.strip())
+    except ValueError:
+        f = _parse_float(s)  # "1e3" or "2.7": undefined by the spec; truncate like a float cast
+        return int(f) if math.isfinite(f) else 0
+
+
+def _parse_strings(host: np.ndarray, target: np.dtype) -> np.ndarray:
+    """Parse a string tensor into float64 (float targets), bool, or int64 / uint64 (integer targets)."""
+    texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in host.reshape(-1)]
+    if target == np.bool_:
+        vals: list[Any] = [
+            t.strip().lower() == "true" or (t.strip().lower() != "false" and _parse_float(t) != 0) for t in texts
+        ]
+        return np.array(vals, dtype=np.bool_).reshape(host.shape)
+    if target.kind in "iu" or _is_int_type(target):
+        ints = [_parse_int(t) for t in texts]
+        if target.kind == "u":
+            return np.array([i % (1 << 64) for i in ints], dtype=np.uint64).reshape(host.shape)
+        # Out-of-range values wrap like a fixed-point cast.
+        return np.array([((i + (1 << 63)) % (1 << 64)) - (1 << 63) for i in ints], dtype=np.int64).reshape(host.shape)
+    return np.array([_parse_float(t) for t in texts], dtype=_F64).reshape(host.shape)
 
 
 @op("Cast", 6)
-def cast(xp: Any, input: Any, *, to: int, saturate: int = 1, round_mode: str = "up") -> Any:  # noqa: A002
-    return cast_array(xp, input, dtypes.np_dtype(to), saturate)
+def cast(xp: Any, input: Any, *, to: int, round_mode: str = "up", saturate: int = 1) -> Any:  # noqa: A002
+    return cast_array(xp, input, dtypes.np_dtype(to), saturate, round_mode)
 
 
 @op("CastLike", 15)
-def cast_like(xp: Any, input: Any, target_type: Any, *, saturate: int = 1, round_mode: str = "up") -> Any:  # noqa: A002
-    return cast_array(xp, input, target_type.dtype, saturate)
+def cast_like(xp: Any, input: Any, target_type: Any, *, round_mode: str = "up", saturate: int = 1) -> Any:  # noqa: A002
+    return cast_array(xp, input, target_type.dtype, saturate, round_mode)
 
 
 # -- generators and broadcasting -----------------------------------------------------------------
@@ -354,14 +457,30 @@ def cast_like(xp: Any, input: Any, target_type: Any, *, saturate: int = 1, round
 
 @op("Range", 11)
 def range_(xp: Any, start: Any, limit: Any, delta: Any, *, stash_type: int = 1, ctx: Any = None) -> Any:
+    dt = start.dtype
+    if limit.dtype != dt or delta.dtype != dt:
+        raise TypeError(f"Range: start, limit and delta must share a type, got {dt}, {limit.dtype}, {delta.dtype}")
     s, l, d = host_scalar(start), host_scalar(limit), host_scalar(delta)
     if d == 0:
-        raise ValueError("Range delta cannot be 0")
-    n = max(int(math.ceil((l - s) / d)), 0)
-    check_alloc([n], start.dtype, ctx, "Range")
-    if start.dtype.kind in "iu":
-        return xp.asarray(s + d * np.arange(n, dtype=np.int64), dtype=start.dtype)
-    return (xp.asarray(s, dtype=np.float64) + xp.arange(n, dtype=np.float64) * d).astype(start.dtype)
+        raise ValueError("Range: delta cannot be 0")
+    if dt.kind in "iu":
+        n = max(-((s - l) // d), 0)  # exact ceil((limit - start) / delta) for integers
+        check_alloc([n], dt, ctx, "Range")
+        return xp.asarray(s + d * np.arange(n, dtype=np.int64), dtype=dt)
+    # Floats: successive additions (start, start + delta, ...) as the spec's loop does; half types
+    # accumulate in the stash_type (float32 by default).
+    work = dt if dt in (np.float32, np.float64) else dtypes.np_dtype(stash_type)
+    sw, lw, dw = (np.asarray(v, dtype=dt).astype(work) for v in (s, l, d))
+    q = (float(lw) - float(sw)) / float(dw)
+    n = max(int(math.ceil(q)), 0) if math.isfinite(q) else -1
+    if n < 0:
+        raise ValueError(f"Range: start {s}, limit {l} and delta {d} give no finite number of elements")
+    check_alloc([n], dt, ctx, "Range")
+    if n == 0:
+        return xp.zeros(0, dtype=dt)
+    steps = xp.full(n, dw, dtype=work)
+    steps[0] = sw
+    return xp.cumsum(steps, dtype=work).astype(dt, copy=False)
 
 
 @op("Expand", 8, host_inputs=(1,))
@@ -418,5 +537,8 @@ def pad_2(xp: Any, data: Any, *, pads: list[int], mode: str = "constant", value:
 
 @op("Pad", 11, host_inputs=(1, 2, 3))
 def pad(xp: Any, data: Any, pads: Any, constant_value: Any = None, axes: Any = None, *, mode: str = "constant") -> Any:
-    v = data.dtype.type(0) if constant_value is None or constant_value.size == 0 else constant_value.reshape(())
+    if constant_value is None or constant_value.size == 0:
+        v = "" if data.dtype.hasobject else data.dtype.type(0)  # 0, False or the empty string
+    else:
+        v = constant_value.reshape(())
     return _pad(xp, data, host_ints(pads), mode, v, None if axes is None else host_ints(axes))
