@@ -12,7 +12,12 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: 
     """Columns padded to their widest cell; numbers right-aligned, text left-aligned."""
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    numeric = [all(_looks_numeric(r[i]) for r in cells[1:] if r[i]) and len(cells) > 1 for i in range(len(headers))]
+    # A column of numbers (placeholders "-" and "" aside) is right-aligned.
+    numeric = [
+        any(_looks_numeric(r[i]) for r in cells[1:])
+        and all(_looks_numeric(r[i]) for r in cells[1:] if r[i] not in ("", "-"))
+        for i in range(len(headers))
+    ]
     pad = " " * indent
     lines = []
     for n, r in enumerate(cells):

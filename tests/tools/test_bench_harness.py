@@ -1,0 +1,104 @@
+"""benchmarks/bench.py: a smoke run on the tiny MLP, and its model builders. No timing assertions."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from onnxpy.tools.feeds import model_inputs
+from tests.helpers import LIGHT_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks" / "bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("onnxpy_bench_script", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_smoke_run_on_the_tiny_mlp(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run(
+        [sys.executable, str(BENCH), "--models", "tiny_mlp", "--repeat", "2", "--min-repeat", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "tiny MLP per-call, batch 1" in r.stdout
+    results = json.loads(out.read_text())["results"]
+    assert [(x["model"], x["batch"], x["status"]) for x in results] == [("tiny_mlp", 1, "ok"), ("tiny_mlp", 8, "ok")]
+    for x in results:
+        assert x["runs"] == 2
+        assert x["ratio"] == pytest.approx(x["onnxpy_ms"] / x["onnxruntime_ms"])
+        assert x["max_rel_diff"] < 1e-5
+        assert x["inputs"] == {"x": [x["batch"], 64]}
+    # peak RSS measured once per model, in subprocesses
+    assert results[0]["rss_onnxpy_mb"] > 10 and results[0]["rss_onnxruntime_mb"] > 10
+    assert math.isnan(results[1]["rss_onnxpy_mb"])
+    row = next(line for line in r.stdout.splitlines() if line.startswith("tiny_mlp") and line.split()[1] == "8")
+    assert f"{results[1]['ratio']:.2f}x" in row
+
+
+def test_tiny_mlp_computes_an_mlp(bench: ModuleType) -> None:
+    model = bench.tiny_mlp(seed=3)
+    onnx.checker.check_model(model)
+    w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    x = np.random.default_rng(0).standard_normal((5, 64)).astype(np.float32)
+    h = np.maximum(x @ w["w0"] + w["b0"], 0)
+    h = np.maximum(h @ w["w1"] + w["b1"], 0)
+    (got,) = ort_run(model, {"x": x})
+    np.testing.assert_allclose(got, h @ w["w2"] + w["b2"], rtol=1e-4, atol=1e-5)
+
+
+def test_random_weights_replace_every_constant_of_shape_weight(bench: ModuleType) -> None:
+    model = onnx.load(str(LIGHT_DIR / "light_squeezenet.onnx"))
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    targets = {n.output[0]: tuple(inits[n.input[0]]) for n in model.graph.node if n.op_type == "ConstantOfShape"}
+    assert targets
+    replaced = bench.randomize_weights(model, seed=1)
+    assert replaced == len(targets)
+    assert not [n for n in model.graph.node if n.op_type == "ConstantOfShape"]
+    new = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for name, shape in targets.items():
+        assert new[name].shape == shape
+        assert new[name].size == 1 or new[name].std() > 0, name
+    onnx.checker.check_model(model)
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    (data,) = model_inputs(model)
+    (y,) = ort_run(model, {data.name: x})
+    assert np.isfinite(y).all() and y.std() > 0
+
+
+def test_batch_8_only_where_the_batch_axis_is_free(bench: ModuleType, tmp_path: Path) -> None:
+    assert not bench.free_batch_axis(str(LIGHT_DIR / "light_squeezenet.onnx"))
+    path = tmp_path / "mlp.onnx"
+    onnx.save(bench.tiny_mlp(), str(path))
+    assert bench.free_batch_axis(str(path))

@@ -1,0 +1,84 @@
+"""Input preparation for the CLI: free dimensions, random data within valid ranges, files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnxpy.tools.benchmark import geomean, latency_stats, max_difference
+from onnxpy.tools.feeds import UsageError, gather_bounds, make_feeds, model_inputs, resolve_shapes
+from onnxpy.tools.table import format_table
+from tests.helpers import make_model, vinfo
+
+
+def embedding_model() -> onnx.ModelProto:
+    table = np.zeros((7, 4), np.float32)
+    return make_model(
+        [helper.make_node("Gather", ["table", "ids"], ["emb"]), helper.make_node("Mul", ["emb", "scale"], ["y"])],
+        [vinfo("ids", TensorProto.INT64, ["b", "s"]), vinfo("scale", TensorProto.FLOAT, [None, "s", 1])],
+        [vinfo("y", TensorProto.FLOAT, None)],
+        initializers={"table": table},
+    )
+
+
+def test_batch_and_named_dims() -> None:
+    specs = model_inputs(embedding_model())
+    r = resolve_shapes(specs, {"s": 5}, batch=3)
+    assert r.shapes == {"ids": (3, 5), "scale": (3, 5, 1)}
+    assert r.overrides == {"s": 5, "b": 3}
+    r = resolve_shapes(specs, {}, batch=None)
+    assert r.shapes == {"ids": (1, 1), "scale": (1, 1, 1)}
+    assert any("'b'" in n for n in r.notes) and any("'s'" in n for n in r.notes)
+
+
+def test_fixed_batch_refuses_another_batch() -> None:
+    specs = model_inputs(make_model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x", shape=[1, 3])], [vinfo("y")]))
+    assert resolve_shapes(specs, {}, batch=1).shapes == {"x": (1, 3)}
+    with pytest.raises(UsageError, match="fixed"):
+        resolve_shapes(specs, {}, batch=2)
+
+
+def test_random_indices_stay_inside_the_table() -> None:
+    model = embedding_model()
+    assert gather_bounds(model) == {"ids": 7}
+    feeds = make_feeds(model, dims={"s": 500}, batch=4, seed=1)
+    ids = feeds.arrays["ids"]
+    assert ids.dtype == np.int64 and ids.shape == (4, 500)
+    assert ids.min() >= 0 and ids.max() < 7 and len(np.unique(ids)) > 1
+
+
+def test_file_inputs_fix_the_named_dims_of_the_others(tmp_path: Path) -> None:
+    ids = np.zeros((2, 9), np.int64)
+    np.save(tmp_path / "ids.npy", ids)
+    feeds = make_feeds(embedding_model(), files={"ids": str(tmp_path / "ids.npy")}, random=True)
+    # 's' comes from the file; the unnamed first axis of 'scale' is free and defaults to 1
+    assert feeds.arrays["scale"].shape == (1, 9, 1)
+    assert feeds.overrides == {"b": 2, "s": 9}
+    np.testing.assert_array_equal(feeds.arrays["ids"], ids)
+    with pytest.raises(UsageError, match="no data for input"):
+        make_feeds(embedding_model(), files={"ids": str(tmp_path / "ids.npy")}, random=False)
+    with pytest.raises(UsageError, match="no such input"):
+        make_feeds(embedding_model(), files={"nope": str(tmp_path / "ids.npy")})
+
+
+def test_latency_stats_and_ratios() -> None:
+    s = latency_stats([0.004, 0.001, 0.002, 0.003], batch=2)
+    assert (s.runs, s.min_ms, s.max_ms) == (4, 1.0, 4.0)
+    assert s.median_ms == pytest.approx(2.5) and s.mean_ms == pytest.approx(2.5)
+    assert s.p90_ms == pytest.approx(np.percentile([1, 2, 3, 4], 90))
+    assert s.throughput == pytest.approx(800.0)
+    assert geomean([2.0, 8.0]) == pytest.approx(4.0)
+    a = [np.array([1.0, 2.0], np.float32)]
+    assert max_difference(a, [np.array([1.0, 2.5], np.float32)]) == pytest.approx((0.5, 0.2))
+    assert max_difference(a, [np.zeros(3, np.float32)]) == (float("inf"), float("inf"))
+
+
+def test_table_alignment() -> None:
+    text = format_table(["name", "ms"], [["a", "1.5"], ["long name", "-"], ["b", "12.25"]])
+    lines = text.splitlines()
+    assert lines[1].startswith("---------")
+    assert lines[2].endswith("  1.5") and lines[4].endswith("12.25")

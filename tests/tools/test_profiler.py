@@ -1,0 +1,148 @@
+"""Profiling: a Chrome trace in onnxruntime's event format, one Node event per executed node."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import onnxpy
+from onnxpy.tools.profiler import load_trace, time_by_op
+from tests.helpers import DEMO_MODEL
+
+X = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+NODE_ARGS = {"op_name", "provider", "node_index", "input_type_shape", "output_type_shape"}
+
+
+def profile(tmp_path: Path, level: onnxpy.GraphOptimizationLevel, runs: int = 2) -> tuple[str, list[dict]]:
+    so = onnxpy.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof")
+    so.graph_optimization_level = level
+    sess = onnxpy.InferenceSession(str(DEMO_MODEL), so)
+    for _ in range(runs):
+        sess.run(None, {"input": X})
+    path = sess.end_profiling()
+    with open(path, encoding="utf-8") as f:
+        return path, json.load(f)
+
+
+@pytest.fixture(scope="module")
+def ort_trace(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path_factory.mktemp("ort") / "prof")
+    sess = ort.InferenceSession(str(DEMO_MODEL), so, providers=["CPUExecutionProvider"])
+    sess.run(None, {"input": X})
+    return load_trace(sess.end_profiling())
+
+
+def test_one_node_event_per_executed_node(tmp_path: Path) -> None:
+    path, events = profile(tmp_path, onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL, runs=2)
+    assert re.fullmatch(r"prof_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d{3}\.json", os.path.basename(path))
+    model = onnx.load(str(DEMO_MODEL))
+    nodes = [e for e in events if e["cat"] == "Node"]
+    assert len(nodes) == 2 * len(model.graph.node)
+    want = sorted(f"{n.name}_kernel_time" for n in model.graph.node)
+    assert sorted(e["name"] for e in nodes[: len(nodes) // 2]) == want
+    ops = {n.name: n.op_type for n in model.graph.node}
+    for e in nodes:
+        assert e["args"]["op_name"] == ops[e["name"].removesuffix("_kernel_time")]
+        assert e["args"]["provider"] == "CPUExecutionProvider"
+
+
+def test_event_fields_and_session_events(tmp_path: Path) -> None:
+    _, events = profile(tmp_path, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, runs=3)
+    assert isinstance(events, list)
+    for e in events:
+        assert e["ph"] == "X"
+        assert e["cat"] in ("Session", "Node")
+        assert isinstance(e["name"], str) and e["name"]
+        for k in ("ts", "dur", "pid", "tid"):
+            assert isinstance(e[k], int) and e[k] >= 0, (k, e)
+        assert e["pid"] == os.getpid()
+    session = [e["name"] for e in events if e["cat"] == "Session"]
+    assert session.count("model_loading_uri") == 1
+    assert session.count("session_initialization") == 1
+    assert session.count("model_run") == 3
+    load = next(e for e in events if e["name"] == "model_loading_uri")
+    init = next(e for e in events if e["name"] == "session_initialization")
+    assert load["ts"] + load["dur"] <= init["ts"] + 1
+    runs = sorted((e for e in events if e["name"] == "model_run"), key=lambda e: e["ts"])
+    nodes = [e for e in events if e["cat"] == "Node"]
+    assert len(nodes) % 3 == 0
+    # every node event lies inside one model_run event, and each run holds the same number
+    per_run = [0, 0, 0]
+    for e in nodes:
+        assert NODE_ARGS <= set(e["args"])
+        inside = [i for i, r in enumerate(runs) if r["ts"] <= e["ts"] and e["ts"] + e["dur"] <= r["ts"] + r["dur"] + 1]
+        assert len(inside) == 1, e
+        per_run[inside[0]] += 1
+    assert per_run[0] == per_run[1] == per_run[2] == len(nodes) // 3
+
+
+def test_type_shapes_are_the_real_ones(tmp_path: Path) -> None:
+    """Each node's output_type_shape matches the value fetched by name from the same session."""
+    _, events = profile(tmp_path, onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL, runs=1)
+    model = onnx.load(str(DEMO_MODEL))
+    outs = {n.name: n.output[0] for n in model.graph.node}
+    names = list(outs.values())
+    sess = onnxpy.InferenceSession(str(DEMO_MODEL))
+    values = dict(zip(names, sess.run(names, {"input": X})))
+    for e in (e for e in events if e["cat"] == "Node"):
+        v = values[outs[e["name"].removesuffix("_kernel_time")]]
+        assert e["args"]["output_type_shape"] == [{"float": list(v.shape)}]
+        assert int(e["args"]["output_size"]) == v.nbytes
+    first = next(e for e in events if e["name"] == "stem.conv_kernel_time")
+    assert first["args"]["input_type_shape"] == [{"float": [2, 3, 32, 32]}, {"float": [16, 3, 3, 3]}, {"float": [16]}]
+    assert first["args"]["parameter_size"] == str((16 * 3 * 3 * 3 + 16) * 4)
+
+
+def test_layout_matches_onnxruntime(tmp_path: Path, ort_trace: list[dict]) -> None:
+    """Same event keys and node-argument names (and value types) as onnxruntime's trace."""
+    _, events = profile(tmp_path, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, runs=1)
+    ort_node = next(e for e in ort_trace if e["cat"] == "Node")
+    ours = next(e for e in events if e["cat"] == "Node")
+    assert set(ours) == set(ort_node)
+    for k in NODE_ARGS | {"output_size", "activation_size", "parameter_size"}:
+        assert type(ours["args"][k]) is type(ort_node["args"][k]), k
+    ort_session = {e["name"] for e in ort_trace if e["cat"] == "Session"}
+    our_session = {e["name"] for e in events if e["cat"] == "Session"}
+    assert {"model_loading_uri", "session_initialization", "model_run"} <= ort_session & our_session
+
+
+def test_trace_text_is_a_json_array_one_event_per_line(tmp_path: Path) -> None:
+    path, events = profile(tmp_path, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, runs=1)
+    lines = Path(path).read_text().splitlines()
+    assert lines[0] == "[" and lines[-1] == "]"
+    assert len(lines) == len(events) + 2
+    assert [json.loads(line.rstrip(",")) for line in lines[1:-1]] == events
+
+
+def test_time_by_op_sums_node_durations(tmp_path: Path) -> None:
+    _, events = profile(tmp_path, onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL, runs=2)
+    table = {t.op_type: t for t in time_by_op(events)}
+    for op in {e["args"]["op_name"] for e in events if e["cat"] == "Node"}:
+        mine = [e for e in events if e["cat"] == "Node" and e["args"]["op_name"] == op]
+        assert table[op].calls == len(mine)
+        assert table[op].total_us == sum(e["dur"] for e in mine)
+
+
+def test_end_profiling_without_profiling_is_empty() -> None:
+    sess = onnxpy.InferenceSession(str(DEMO_MODEL))
+    assert sess.end_profiling() == ""
+
+
+def test_model_given_as_bytes_records_array_loading(tmp_path: Path) -> None:
+    so = onnxpy.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "bytes")
+    sess = onnxpy.InferenceSession(DEMO_MODEL.read_bytes(), so)
+    events = load_trace(sess.end_profiling())
+    assert [e["name"] for e in events][:2] == ["model_loading_array", "session_initialization"]
