@@ -136,6 +136,22 @@ def det(xp: Any, X: Any) -> Any:  # noqa: N803 - spec name
 # -- TopK ------------------------------------------------------------------------------------------
 
 
+def _sorted_order(xp: Any, v: Any, axis: int, largest: int) -> Any:
+    """Positions along ``axis`` that sort v: by value (descending if largest), ties by position."""
+    if not largest:
+        return xp.argsort(v, axis=axis, kind="stable")
+    # A stable ascending sort of the reversed axis, read from the end, puts the larger values first
+    # and keeps equal values in ascending position.
+    rev = xp.argsort(xp.flip(v, axis=axis), axis=axis, kind="stable")
+    return (v.shape[axis] - 1) - xp.flip(rev, axis=axis)
+
+
+def _leading(idx: Any, axis: int, k: int) -> Any:
+    sl = [slice(None)] * idx.ndim
+    sl[axis] = slice(0, k)
+    return idx[tuple(sl)]
+
+
 def _topk(xp: Any, x: Any, k: int, axis: int, largest: int, sorted_: int) -> tuple[Any, Any]:
     if x.ndim == 0:
         raise ValueError("input X must have rank >= 1")
@@ -143,17 +159,29 @@ def _topk(xp: Any, x: Any, k: int, axis: int, largest: int, sorted_: int) -> tup
     n = x.shape[a]
     if k < 0 or k > n:
         raise ValueError(f"k = {k} is out of range for axis {axis} of size {n} (shape {list(x.shape)})")
-    if largest:
-        # Descending values, ties by ascending index: a stable ascending sort of the reversed axis,
-        # read from the end, yields exactly that order.
-        rev = xp.argsort(xp.flip(x, axis=a), axis=a, kind="stable")
-        idx = (n - 1) - xp.flip(rev, axis=a)
+    if 0 < k and k * 8 <= n and n >= 512 and x.dtype.kind in "iuf" and not (x.dtype.kind == "f" and xp.isnan(x).any()):
+        idx = _topk_select(xp, x, k, a, largest)
     else:
-        idx = xp.argsort(x, axis=a, kind="stable")
-    sl = [slice(None)] * x.ndim
-    sl[a] = slice(0, k)
-    idx = idx[tuple(sl)].astype(np.int64, copy=False)
+        idx = _leading(_sorted_order(xp, x, a, largest), a, k)
+    idx = idx.astype(np.int64, copy=False)
     return xp.take_along_axis(x, idx, axis=a), idx
+
+
+def _topk_select(xp: Any, x: Any, k: int, a: int, largest: int) -> Any:
+    """Top-k without sorting the whole axis (k much smaller than n): a partition finds the k-th
+    value, the elements strictly beyond it plus the first tied ones (by index) make the k winners,
+    and only those k are sorted."""
+    n = x.shape[a]
+    kth = n - k if largest else k - 1
+    pivot = xp.take(xp.partition(x, kth, axis=a), [kth], axis=a)
+    beyond = x > pivot if largest else x < pivot
+    tied = x == pivot
+    need = k - xp.sum(beyond, axis=a, keepdims=True)
+    chosen = beyond | (tied & (xp.cumsum(tied, axis=a) <= need))
+    # Exactly k chosen per line; a stable sort of the booleans (linear time) lists them in index order.
+    picked = _leading(xp.argsort(~chosen, axis=a, kind="stable"), a, k)
+    order = _sorted_order(xp, xp.take_along_axis(x, picked, axis=a), a, largest)
+    return xp.take_along_axis(picked, order, axis=a)
 
 
 @op("TopK", 1)

@@ -246,6 +246,21 @@ def test_topk_with_ties_matches_onnxruntime(dtype: Any) -> None:
                 assert_same(got[1], want[1])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float16])
+def test_topk_small_k_of_a_long_axis_with_ties(dtype: Any) -> None:
+    # k much smaller than the axis takes the partition path; ties must still come lowest index first
+    rng = np.random.default_rng(13)
+    for shape, axis in (((3, 3000), -1), ((2000, 2), 0)):
+        x = rng.integers(0, 50, size=shape).astype(dtype)
+        for k in (1, 7, 100, 250):
+            for largest in (0, 1):
+                both("TopK", _topk_inputs(x, k), 11, 2, axis=axis, largest=largest)
+    x = rng.standard_normal((2, 1000)).astype(np.float32)
+    x[0, 10] = np.nan
+    x[1, :] = 1.0
+    both("TopK", _topk_inputs(x, 5), 11, 2)
+
+
 def test_topk_versions_1_and_10() -> None:
     x = np.array([[3, 1, 3, 2], [0, 5, 5, 5]], dtype=np.float32)
     v1 = both("TopK", {"x": x}, 7, 2, k=2)
