@@ -220,14 +220,16 @@ class IOBinding:
             )
         feeds = {name: sess._prepare_feed(name, v) for name, v in self._inputs.items()}
         names = list(self._outputs)
-        bound = [self._outputs[n] for n in names]
+        bound = list(self._outputs.values())
         values = sess._run_device(names, feeds, run_options)
         src = sess._provider
 
         # 1. Check every preallocated destination before writing any of them.
+        n_targets = 0
         for name, b, value in zip(names, bound, values):
             if b.target is None:
                 continue
+            n_targets += 1
             if value is None or isinstance(value, list):
                 raise InvalidArgument(f"output '{name}' is not a tensor; it cannot be written into a bound buffer")
             t = b.target._value
@@ -237,45 +239,55 @@ class IOBinding:
                     "nothing was written"
                 )
 
-        # 2. Settle what aliases what before any write: a result that overlaps a bound buffer
-        # other than its own would be changed by writing that buffer, so it is copied first;
-        # an allocated result never views a caller's input, a constant or another result.
-        targets = [b.target._value for b in bound if b.target is not None and b.target._value.size]
-        shared = [a for f in feeds.values() for a in (f if isinstance(f, list) else [f]) if _is_array(a)]
-        handed_out: list[Any] = []
-
-        def settle(value: Any, own: Any) -> Any:
-            if not _is_array(value):
-                return value
-            if not src.is_device_array(value):
-                value = src.xp.asarray(value)  # e.g. a scalar some kernel returned
-            if not value.size:
-                return value
-            overlaps = [t for t in targets if t is not own]
-            if own is None:
-                overlaps += shared + handed_out
-            if (own is None and not src.writeable(value)) or any(src.may_share_memory(value, o) for o in overlaps):
-                value = value.copy()
-            if own is None:
-                handed_out.append(value)
-            return value
-
-        staged: list[Any] = []
-        for b, value in zip(bound, values):
-            if isinstance(value, list):
-                staged.append([settle(v, None) for v in value])
-            else:
-                staged.append(settle(value, b.target._value if b.target is not None else None))
+        # 2. Settle aliasing before any write (not needed for a single buffer-bound output).
+        if n_targets != 1 or len(bound) != 1:
+            values = _settle(bound, values, feeds, src)
 
         # 3. Write the bound buffers and wrap the rest.
         results: list[OrtValue] = []
-        for b, value in zip(bound, staged):
+        for b, value in zip(bound, values):
             if b.target is not None:
                 _copy_into(b.target, value, src)
                 results.append(b.target)
             else:
                 results.append(_wrap_result(value, src, b.provider))
         self._results = results
+
+
+def _settle(bound: list[_BoundOutput], values: list[Any], feeds: dict[str, Any], src: Provider) -> list[Any]:
+    """Copy the results that writing the bound buffers would corrupt or that the caller must own.
+
+    A result overlapping a bound buffer other than its own would change when that buffer is
+    written, so it is copied first. A runtime-allocated result never views a caller's input, a
+    read-only constant or another result.
+    """
+    targets = [b.target._value for b in bound if b.target is not None and b.target._value.size]
+    shared = [a for f in feeds.values() for a in (f if isinstance(f, list) else [f]) if _is_array(a)]
+    handed_out: list[Any] = []
+
+    def settle(value: Any, own: Any) -> Any:
+        if not _is_array(value):
+            return value
+        if not src.is_device_array(value):
+            value = src.xp.asarray(value)  # e.g. a scalar some kernel returned
+        if not value.size:
+            return value
+        overlaps = [t for t in targets if t is not own]
+        if own is None:
+            overlaps += shared + handed_out
+        if (own is None and not src.writeable(value)) or any(src.may_share_memory(value, o) for o in overlaps):
+            value = value.copy()
+        if own is None:
+            handed_out.append(value)
+        return value
+
+    staged: list[Any] = []
+    for b, value in zip(bound, values):
+        if isinstance(value, list):
+            staged.append([settle(v, None) for v in value])
+        else:
+            staged.append(settle(value, b.target._value if b.target is not None else None))
+    return staged
 
 
 def _pointer(buffer_ptr: Any, what: str) -> int:
@@ -304,15 +316,12 @@ def _copy_into(target: OrtValue, value: Any, src: Provider) -> None:
     """Write ``value`` into the bound buffer once (nothing to do if it already is that buffer)."""
     t = target._value
     dst = target._provider
-    if not t.size:
+    if value is t or not t.size:
         return
-    if value is t:
-        return
-    same_device = dst is src or dst.device_type == src.device_type
-    if same_device and _same_memory(dst, t, value):
-        return  # the kernel already wrote there (or the bound input is the bound output)
-    if same_device:
-        dst.copy_into(t, value)  # overlapping memory is handled by the copy
+    if dst is src or dst.device_type == src.device_type:
+        if dst.may_share_memory(t, value) and _same_memory(dst, t, value):
+            return  # the kernel already wrote there (or the bound input is the bound output)
+        dst.copy_into(t, value)  # a partial overlap is handled by the copy
     elif dst.device_type == "cpu":
         np.copyto(t, src.to_host(value))
     else:
