@@ -173,7 +173,9 @@ def _topk_select(xp: Any, x: Any, k: int, a: int, largest: int) -> Any:
     and only those k are sorted."""
     n = x.shape[a]
     kth = n - k if largest else k - 1
-    pivot = xp.take(xp.partition(x, kth, axis=a), [kth], axis=a)
+    at_kth = [slice(None)] * x.ndim
+    at_kth[a] = slice(kth, kth + 1)
+    pivot = xp.partition(x, kth, axis=a)[tuple(at_kth)]
     beyond = x > pivot if largest else x < pivot
     tied = x == pivot
     need = k - xp.sum(beyond, axis=a, keepdims=True)
