@@ -22,9 +22,9 @@ def _check_indices(xp: Any, indices: Any, dim: int, what: str, axis: int | None 
         hi = int(indices.max())
         if lo < -dim or hi >= dim:
             bad = lo if lo < -dim else hi
-            where = f" of axis {axis}" if axis is not None else ""
+            where = f"axis {axis}" if axis is not None else "an axis"
             raise IndexError(
-                f"{what}: index {bad} is out of bounds for an axis{where} of size {dim} (valid: [{-dim}, {dim - 1}])"
+                f"{what}: index {bad} is out of bounds for {where} of size {dim} (valid: [{-dim}, {dim - 1}])"
             )
     idx = indices.astype(np.int64, copy=False)
     if indices.dtype.kind == "i":

@@ -522,6 +522,12 @@ def _pad(xp: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int
     if mode == "constant":
         return xp.pad(x, width, mode="constant", constant_values=value)
     if mode == "reflect":
+        for k, (b, e) in enumerate(width):
+            if max(b, e) > x.shape[k] - 1 and max(b, e) > 0:
+                raise ValueError(
+                    f"Pad reflect: pads ({b}, {e}) on axis {k} must be smaller than the axis size {x.shape[k]} "
+                    "(after negative pads crop it)"
+                )
         return xp.pad(x, width, mode="reflect")
     if mode == "edge":
         return xp.pad(x, width, mode="edge")
