@@ -14,12 +14,12 @@ import shutil
 import tempfile
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper, save
+from onnx import ModelProto, TensorProto, helper, numpy_helper, save
 
 F = TensorProto.FLOAT
 
 
-def classifier_model() -> object:
+def classifier_model() -> ModelProto:
     """A tiny image classifier: GlobalAveragePool -> Flatten -> Gemm (3 -> 1000) -> Softmax."""
     rng = np.random.default_rng(1234)
     weight = rng.standard_normal((3, 1000)).astype(np.float32)
@@ -40,7 +40,7 @@ def classifier_model() -> object:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="onnxpy-examples")
 
 
-def multi_io_model() -> object:
+def multi_io_model() -> ModelProto:
     """output1 = input1 + input2, output2 = input1 @ input2^T (float32, [n, 4] inputs)."""
     nodes = [
         helper.make_node("Add", ["input1", "input2"], ["output1"]),
