@@ -218,3 +218,32 @@ def hamming_window(xp: Any, size: Any, *, output_datatype: int = 1, periodic: in
 @op("BlackmanWindow", 17, host_inputs=(0,))
 def blackman_window(xp: Any, size: Any, *, output_datatype: int = 1, periodic: int = 1, ctx: Any = None) -> Any:
     return _cosine_window(xp, size, (0.42, 0.5, 0.08), periodic, output_datatype, ctx, "BlackmanWindow")
+
+
+# -- ImageDecoder ---------------------------------------------------------------------------------
+
+
+@op("ImageDecoder", 20, host_inputs=(0,))
+def image_decoder(xp: Any, encoded_stream: Any, *, pixel_format: str = "RGB") -> Any:
+    from ._image import decode_image, to_gray
+
+    if pixel_format not in ("RGB", "BGR", "Grayscale"):
+        raise ValueError(f"ImageDecoder: unknown pixel_format {pixel_format!r} (expected RGB, BGR or Grayscale)")
+    raw = (
+        encoded_stream.get()
+        if hasattr(encoded_stream, "get") and not isinstance(encoded_stream, np.ndarray)
+        else encoded_stream
+    )
+    raw = np.asarray(raw)
+    if raw.dtype != np.uint8 or raw.ndim != 1:
+        raise ValueError(f"ImageDecoder: encoded_stream must be a 1-D uint8 tensor, got {raw.dtype}{list(raw.shape)}")
+    try:
+        img = decode_image(raw.tobytes())
+    except ValueError as e:
+        raise ValueError(f"ImageDecoder: {e}") from e
+    if pixel_format == "Grayscale":
+        out = img if img.shape[2] == 1 else to_gray(img)
+    else:
+        rgb = np.repeat(img, 3, axis=2) if img.shape[2] == 1 else img
+        out = rgb[:, :, ::-1] if pixel_format == "BGR" else rgb
+    return xp.asarray(np.ascontiguousarray(out))
