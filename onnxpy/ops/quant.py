@@ -270,12 +270,11 @@ def dynamic_quantize_linear(xp: Any, x: Any) -> Any:
     hi = max(float(xf.max()), 0.0) if xf.size else 0.0
     scale = np.float32((np.float32(hi) - np.float32(lo)) / np.float32(255.0))
     if scale == 0:
-        # All zeros: any scale reproduces them; keep 0 as the spec's formula gives.
-        zp = np.float32(0.0)
-        y = xp.zeros(x.shape, dtype=np.uint8)
-    else:
-        zp = np.float32(np.clip(np.rint(np.float32(0.0) - np.float32(lo) / scale), 0, 255))
-        y = xp.clip(xp.rint(xf / scale) + zp, 0, 255).astype(np.uint8)
+        # All zeros (or empty): the formula divides by zero; use scale 1 as onnxruntime does, so
+        # dequantizing the output still gives the input back.
+        scale = np.float32(1.0)
+    zp = np.float32(np.clip(np.rint(np.float32(0.0) - np.float32(lo) / scale), 0, 255))
+    y = xp.clip(xp.rint(xf / scale) + zp, 0, 255).astype(np.uint8)
     return y, xp.asarray(scale, dtype=_F32), xp.asarray(np.uint8(zp))
 
 

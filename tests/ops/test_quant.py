@@ -1,0 +1,321 @@
+"""Quantization kernels (onnxpy/ops/quant.py) against onnxruntime, or a numpy oracle where
+onnxruntime lacks the case: per-tensor / per-axis / blocked parameters, every integer and float8
+output type, saturate, output_dtype, precision, and the integer convolution / matmul family."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+from onnxpy.model import dtypes
+
+from .test_tensor import assert_same, onnxpy_only, run_error, vs_ort
+
+F, I32 = TensorProto.FLOAT, TensorProto.INT32
+RNG = np.random.default_rng(2)
+
+
+def _x(*shape: int, scale: float = 4.0) -> np.ndarray:
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _qrange(dt: Any) -> tuple[int, int]:
+    info = np.iinfo(dt) if np.dtype(dt).kind in "iu" else ml_dtypes.iinfo(dt)
+    return int(info.min), int(info.max)
+
+
+def _quant_oracle(x: np.ndarray, s: np.ndarray, z: np.ndarray | None, dt: Any) -> np.ndarray:
+    lo, hi = _qrange(dt)
+    q = np.rint(x.astype(np.float32) / s.astype(np.float32)).astype(np.float64)
+    if z is not None:
+        q = q + z.astype(np.float64)
+    return np.clip(q, lo, hi).astype(dt)
+
+
+# -- QuantizeLinear ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8, np.uint16, np.int16])
+@pytest.mark.parametrize("opset", [13, 21])
+def test_quantize_per_tensor(dt: Any, opset: int) -> None:
+    if opset < 21 and np.dtype(dt).itemsize == 2:
+        pytest.skip("16-bit outputs arrived in opset 21")
+    x = _x(3, 5, scale=100.0)
+    x[0, :3] = [0.5, 1.5, -2.5]  # ties round to even
+    z = np.array(3 if np.dtype(dt).kind == "u" else -3, dt)
+    vs_ort("QuantizeLinear", {"x": x, "s": np.array(1.0, np.float32), "z": z}, {"y": dtypes.elem_type(dt)}, opset=opset)
+
+
+def test_quantize_without_zero_point_is_uint8() -> None:
+    got = vs_ort("QuantizeLinear", {"x": _x(6), "s": np.array(0.05, np.float32)}, {"y": TensorProto.UINT8})[0]
+    assert got.dtype == np.uint8
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_quantize_per_axis(axis: int) -> None:
+    x = _x(2, 3, 4)
+    n = x.shape[axis]
+    s = (RNG.random(n) * 0.1 + 0.01).astype(np.float32)
+    z = RNG.integers(-10, 10, n).astype(np.int8)
+    vs_ort("QuantizeLinear", {"x": x, "s": s, "z": z}, {"y": TensorProto.INT8}, axis=axis, opset=13)
+
+
+@pytest.mark.parametrize(("axis", "block"), [(0, 2), (1, 3), (-1, 4), (1, 2)])
+def test_quantize_blocked(axis: int, block: int) -> None:
+    x = _x(5, 6, 4)
+    shape = list(x.shape)
+    shape[axis] = -(-shape[axis] // block)
+    s = (RNG.random(shape) * 0.1 + 0.01).astype(np.float32)
+    z = RNG.integers(0, 20, shape).astype(np.uint8)
+    vs_ort("QuantizeLinear", {"x": x, "s": s, "z": z}, {"y": TensorProto.UINT8}, axis=axis, block_size=block, opset=21)
+
+
+def test_quantize_blocked_wrong_block_size_raises() -> None:
+    msg = run_error(
+        "QuantizeLinear",
+        {"x": _x(4, 6), "s": np.ones((4, 2), np.float32)},
+        {"y": TensorProto.UINT8},
+        axis=1,
+        block_size=2,
+        opset=21,
+    )
+    assert "block" in msg
+
+
+@pytest.mark.parametrize("dt", [ml_dtypes.int4, ml_dtypes.uint4])
+def test_quantize_4bit(dt: Any) -> None:
+    x = _x(3, 8)
+    s = np.array([0.5, 1.0, 2.0], np.float32)
+    z = np.array([1, 2, 3], dt)
+    got = onnxpy_only("QuantizeLinear", {"x": x, "s": s, "z": z}, {"y": dtypes.elem_type(dt)}, axis=0, opset=21)[0]
+    assert_same(got, _quant_oracle(x, s.reshape(3, 1), z.astype(np.int32).reshape(3, 1), dt))
+
+
+@pytest.mark.parametrize("elem", [17, 18, 19, 20])
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_quantize_float8(elem: int, saturate: int) -> None:
+    # onnxruntime's Python API cannot hand float8 arrays back: check against ml_dtypes' rounding,
+    # clipped to the finite range first when saturating.
+    dt = dtypes.np_dtype(elem)
+    x = np.array([0.0, 1.0, -3.3, 500.0, 1e5, -1e6, np.inf], np.float32)
+    z = np.zeros(1, dt)
+    got = onnxpy_only(
+        "QuantizeLinear", {"x": x, "s": np.array(0.5, np.float32), "z": z}, {"y": elem}, saturate=saturate, opset=21
+    )[0]
+    q = x / np.float32(0.5)
+    if saturate:
+        limit = float(ml_dtypes.finfo(dt).max)
+        q = np.clip(q, -limit, limit)
+    assert_same(got, q.astype(dt))
+
+
+def test_quantize_float4() -> None:
+    x = np.array([0.0, 0.3, 1.2, -2.6, 5.1, 100.0], np.float32)
+    got = onnxpy_only(
+        "QuantizeLinear", {"x": x, "s": np.array(0.5, np.float32), "z": np.zeros(1, ml_dtypes.float4_e2m1fn)}, {"y": 23}
+    )[0]
+    want = (x / np.float32(0.5)).astype(ml_dtypes.float4_e2m1fn)
+    assert_same(got, want)
+
+
+def test_quantize_output_dtype_attribute() -> None:
+    x = _x(4, 4)
+    got = vs_ort("QuantizeLinear", {"x": x, "s": np.array(0.01, np.float32)}, {"y": 5}, output_dtype=5, opset=21)[0]
+    assert got.dtype == np.int16
+    msg = run_error(
+        "QuantizeLinear",
+        {"x": x, "s": np.array(0.01, np.float32), "z": np.zeros((), np.uint8)},
+        {"y": 5},
+        output_dtype=5,
+        opset=21,
+    )
+    assert "output_dtype" in msg
+
+
+def test_quantize_half_scale_and_precision() -> None:
+    x = _x(16, scale=50.0).astype(np.float16)
+    s = np.array(0.3, np.float16)
+    vs_ort("QuantizeLinear", {"x": x, "s": s, "z": np.zeros((), np.int8)}, {"y": TensorProto.INT8}, opset=21)
+    # precision=float32 divides in float32 even though the scale is float16.
+    got = onnxpy_only(
+        "QuantizeLinear", {"x": x, "s": s, "z": np.zeros((), np.int8)}, {"y": TensorProto.INT8}, precision=1, opset=23
+    )[0]
+    assert_same(got, _quant_oracle(x.astype(np.float32), s.astype(np.float32), None, np.int8))
+
+
+# -- DequantizeLinear ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8, np.int32])
+def test_dequantize_per_tensor(dt: Any) -> None:
+    lo, hi = (-1000, 1000) if dt == np.int32 else _qrange(dt)
+    x = RNG.integers(lo, hi, size=(3, 4)).astype(dt)
+    inputs: dict[str, Any] = {"x": x, "s": np.array(0.25, np.float32)}
+    if dt != np.int32:
+        inputs["z"] = np.array(5, dt)
+    vs_ort("DequantizeLinear", inputs, {"y": F}, opset=13)
+    vs_ort("DequantizeLinear", inputs, {"y": F}, opset=10)
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_dequantize_per_axis(axis: int) -> None:
+    x = RNG.integers(0, 255, size=(3, 4)).astype(np.uint8)
+    n = x.shape[axis]
+    s = RNG.random(n).astype(np.float32)
+    z = RNG.integers(0, 255, n).astype(np.uint8)
+    vs_ort("DequantizeLinear", {"x": x, "s": s, "z": z}, {"y": F}, axis=axis, opset=13)
+
+
+def test_dequantize_blocked_and_half_output() -> None:
+    x = RNG.integers(-128, 127, size=(2, 7)).astype(np.int8)
+    s = RNG.random((2, 3)).astype(np.float16)
+    z = RNG.integers(-5, 5, size=(2, 3)).astype(np.int8)
+    vs_ort("DequantizeLinear", {"x": x, "s": s, "z": z}, {"y": TensorProto.FLOAT16}, axis=1, block_size=3, opset=21)
+
+
+@pytest.mark.parametrize("elem", [17, 18, 19, 20, 21, 22, 23])
+def test_dequantize_narrow_types(elem: int) -> None:
+    dt = dtypes.np_dtype(elem)
+    vals = np.array([0, 1, -1, 2, 3, -4, 6], np.float32) if elem != 21 else np.array([0, 1, 2, 3, 7, 15, 4], np.float32)
+    x = vals.astype(dt)
+    z = np.array([1], dt)
+    got = onnxpy_only("DequantizeLinear", {"x": x, "s": np.array(2.0, np.float32), "z": z}, {"y": F}, opset=21)[0]
+    want = (x.astype(np.float32) - z.astype(np.float32)) * np.float32(2.0)
+    assert_same(got, want)
+
+
+def test_dequantize_output_dtype_and_e8m0_scale() -> None:
+    x = np.array([1, 2, 3], np.int8)
+    got = onnxpy_only(
+        "DequantizeLinear", {"x": x, "s": np.array(0.5, np.float32)}, {"y": 10}, output_dtype=10, opset=23
+    )[0]
+    assert_same(got, np.array([0.5, 1, 1.5], np.float16))
+    s = np.array(8.0, np.float32).astype(ml_dtypes.float8_e8m0fnu)
+    got = onnxpy_only("DequantizeLinear", {"x": x, "s": s}, {"y": F}, opset=24)[0]
+    assert_same(got, np.array([8, 16, 24], np.float32))
+
+
+def test_quantize_dequantize_round_trip_int4_blocked() -> None:
+    x = _x(4, 8, scale=1.0)
+    s = (np.abs(x).reshape(4, 2, 4).max(axis=2) / 7).astype(np.float32)
+    z = np.zeros((4, 2), ml_dtypes.int4)
+    q = onnxpy_only("QuantizeLinear", {"x": x, "s": s, "z": z}, {"y": 22}, axis=1, block_size=4, opset=21)[0]
+    assert q.dtype == np.dtype(ml_dtypes.int4)
+    back = onnxpy_only("DequantizeLinear", {"x": q, "s": s, "z": z}, {"y": F}, axis=1, block_size=4, opset=21)[0]
+    np.testing.assert_allclose(back, x, atol=float(s.max()) / 2 + 1e-6)
+
+
+# -- DynamicQuantizeLinear -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        np.array([0, 2, -3, -2.5, 1.34, 0.5], np.float32),
+        np.array([[-1.0, -2.1, -1.3, -2.5], [-3.34, -4.0, -1.0, -2.0]], np.float32),
+        np.array([1.0, 2.1, 1.3, 2.5, 3.34, 4.0], np.float32),
+        np.zeros((3,), np.float32),
+        _x(7, 9),
+    ],
+)
+def test_dynamic_quantize_linear(x: np.ndarray) -> None:
+    vs_ort("DynamicQuantizeLinear", {"x": x}, {"y": TensorProto.UINT8, "s": F, "z": TensorProto.UINT8}, opset=11)
+
+
+# -- integer linear algebra ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("adt", "bdt"), [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)])
+@pytest.mark.parametrize("zp", ["none", "scalar", "vector"])
+def test_matmul_integer(adt: Any, bdt: Any, zp: str) -> None:
+    lo_a, hi_a = _qrange(adt)
+    lo_b, hi_b = _qrange(bdt)
+    a = RNG.integers(lo_a, hi_a, size=(2, 4, 5)).astype(adt)
+    b = RNG.integers(lo_b, hi_b, size=(5, 3)).astype(bdt)
+    inputs: dict[str, Any] = {"a": a, "b": b}
+    if zp == "scalar":
+        inputs["az"] = np.array(3, adt)
+        inputs["bz"] = np.array(-2 if bdt == np.int8 else 2, bdt)
+    elif zp == "vector":
+        inputs["az"] = np.array(7, adt)  # onnxruntime takes a per-tensor zero point for A
+        inputs["bz"] = RNG.integers(0, 5, size=3).astype(bdt)
+    vs_ort("MatMulInteger", inputs, {"y": I32}, opset=10)
+
+
+def test_matmul_integer_per_row_a_zero_point() -> None:
+    a = RNG.integers(0, 255, size=(4, 3)).astype(np.uint8)
+    b = RNG.integers(0, 255, size=(3, 2)).astype(np.uint8)
+    az = np.array([1, 2, 3, 4], np.uint8)
+    got = onnxpy_only("MatMulInteger", {"a": a, "b": b, "az": az}, {"y": I32}, opset=10)[0]
+    want = (a.astype(np.int32) - az.astype(np.int32)[:, None]) @ b.astype(np.int32)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("sdt", [np.float32, np.float16])
+def test_qlinear_matmul(dt: Any, sdt: Any) -> None:
+    lo, hi = _qrange(dt)
+    a = RNG.integers(lo, hi, size=(2, 3, 4)).astype(dt)
+    b = RNG.integers(lo, hi, size=(4, 5)).astype(dt)
+
+    def p(v: float) -> np.ndarray:
+        return np.array([v], sdt)
+
+    z = np.array([1], dt)
+    inputs = {"a": a, "as": p(0.02), "az": z, "b": b, "bs": p(0.03), "bz": z, "ys": p(0.5), "yz": z}
+    vs_ort("QLinearMatMul", inputs, {"y": dtypes.elem_type(dt)}, opset=21)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "wshape", "per_channel"),
+    [
+        ({}, (2, 1, 2, 2), False),
+        ({"pads": [1, 1, 1, 1]}, (2, 1, 2, 2), True),
+        ({"strides": [2, 1], "dilations": [1, 2]}, (3, 1, 3, 3), False),
+        ({"group": 2, "auto_pad": "SAME_UPPER"}, (4, 1, 3, 3), False),
+    ],
+)
+def test_conv_integer(attrs: dict[str, Any], wshape: tuple[int, ...], per_channel: bool) -> None:
+    c = 2 if attrs.get("group") == 2 else 1
+    x = RNG.integers(0, 255, size=(2, c, 7, 6)).astype(np.uint8)
+    w = RNG.integers(0, 255, size=wshape).astype(np.uint8)
+    inputs: dict[str, Any] = {"x": x, "w": w, "xz": np.array(7, np.uint8)}
+    if per_channel:
+        wz = RNG.integers(0, 10, size=wshape[0]).astype(np.uint8)
+        got = onnxpy_only("ConvInteger", {**inputs, "wz": wz}, {"y": I32}, opset=10, **attrs)[0]
+        # Oracle: the same convolution on shifted integers through per-channel scalar zero points.
+        per = [
+            onnxpy_only("ConvInteger", {**inputs, "w": w[m : m + 1], "wz": wz[m]}, {"y": I32}, opset=10, **attrs)[0]
+            for m in range(wshape[0])
+        ]
+        assert_same(got, np.concatenate(per, axis=1))
+        return
+    inputs["wz"] = np.array(3, np.uint8)
+    vs_ort("ConvInteger", inputs, {"y": I32}, opset=10, **attrs)
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_qlinear_conv(dt: Any, per_channel: bool, bias: bool) -> None:
+    lo, hi = _qrange(dt)
+    x = RNG.integers(lo, hi, size=(1, 2, 6, 6)).astype(dt)
+    w = RNG.integers(-60, 60, size=(3, 2, 3, 3)).astype(np.int8)
+    ws = (RNG.random(3) * 0.01 + 0.001).astype(np.float32) if per_channel else np.array(0.004, np.float32)
+    inputs: dict[str, Any] = {
+        "x": x,
+        "xs": np.array(0.05, np.float32),
+        "xz": np.array(2, dt),
+        "w": w,
+        "ws": ws,
+        "wz": np.zeros(3, np.int8) if per_channel else np.array(0, np.int8),
+        "ys": np.array(0.1, np.float32),
+        "yz": np.array(-3 if dt == np.int8 else 100, dt),
+    }
+    if bias:
+        inputs["b"] = RNG.integers(-500, 500, size=3).astype(np.int32)
+    vs_ort("QLinearConv", inputs, {"y": dtypes.elem_type(dt)}, opset=10, pads=[1, 1, 1, 1])
