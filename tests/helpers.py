@@ -85,3 +85,40 @@ def random_feeds(args: Sequence[Any], rng: np.random.Generator, batch: int = 1, 
 
 def model_id(path: os.PathLike[str] | str) -> str:
     return Path(path).stem
+
+
+def randomize_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """Replace every ConstantOfShape weight (one repeated value) by random values of the same
+    shape, and every float initializer by random values: real-looking weights for the light
+    models. BatchNormalization variances stay positive."""
+    rng = np.random.default_rng(seed)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    positive = {n.input[4] for n in g.node if n.op_type == "BatchNormalization" and len(n.input) > 4}
+
+    def values(name: str, shape: Sequence[int]) -> np.ndarray:
+        if name in positive:
+            return rng.uniform(0.5, 1.5, size=shape).astype(np.float32)
+        # Weights scaled by fan-in keep activations of deep nets of order one.
+        scale = 1 / np.sqrt(max(int(np.prod(shape[1:])), 1)) if len(shape) >= 2 else 0.1
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    keep = []
+    for node in g.node:
+        if node.op_type == "ConstantOfShape" and node.input[0] in inits:
+            shape = numpy_helper.to_array(inits[node.input[0]]).astype(np.int64).tolist()
+            value = [a for a in node.attribute if a.name == "value"]
+            dtype = numpy_helper.to_array(value[0].t).dtype if value else np.dtype(np.float32)
+            if dtype == np.float32:
+                g.initializer.append(numpy_helper.from_array(values(node.output[0], shape), node.output[0]))
+                continue
+        keep.append(node)
+    del g.node[:]
+    g.node.extend(keep)
+    for t in list(g.initializer):
+        if t.data_type == TensorProto.FLOAT and len(t.dims) > 0 and t.name not in {o for n in keep for o in n.output}:
+            arr = numpy_helper.to_array(t)
+            t.CopyFrom(numpy_helper.from_array(values(t.name, arr.shape), t.name))
+    return m

@@ -163,7 +163,8 @@ class InferenceSession:
     def _describe_io(self, model: onnx.ModelProto, graph: Graph) -> None:
         inits = {t.name for t in model.graph.initializer} | {s.values.name for s in model.graph.sparse_initializer}
         self._inputs = [_node_arg(vi) for vi in model.graph.input if vi.name not in inits]
-        self._overridable = [_node_arg(vi) for vi in model.graph.input if vi.name in inits]
+        # Before IR 4 initializers were listed as inputs by rule, not to be overridden.
+        self._overridable = [_node_arg(vi) for vi in model.graph.input if vi.name in inits and model.ir_version >= 4]
         # Outputs declared without a shape report the inferred one, as onnxruntime does.
         self._outputs = []
         for vi in model.graph.output:
@@ -291,6 +292,10 @@ class InferenceSession:
             raise InvalidArgument(
                 f"run_with_iobinding needs an IOBinding from this session's io_binding(), got {type(iobinding).__name__}"
             )
+        if iobinding._session is not self:
+            raise InvalidArgument(
+                "run_with_iobinding: this IOBinding was created by another session; use this session's io_binding()"
+            )
         iobinding._run(run_options)
 
     def io_binding(self) -> Any:
@@ -417,7 +422,8 @@ class InferenceSession:
         observer = self._facts.make_observer(self._profiler)
         started = time.perf_counter() if self._profiler is not None else 0.0
         try:
-            with self._facts.thread_limit():
+            # Kernels follow IEEE semantics (log(0) = -inf...) silently, as onnxruntime does.
+            with self._facts.thread_limit(), np.errstate(all="ignore"):
                 out = compiled.run(feeds, plan=plan, terminate=terminate, observer=observer)
         except OnnxpyError:
             raise

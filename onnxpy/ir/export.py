@@ -54,7 +54,10 @@ def graph_to_proto(g: Graph) -> GraphProto:
 
 
 def graph_to_model(g: Graph) -> ModelProto:
-    opsets = [helper.make_opsetid(d, v) for d, v in sorted(g.opsets.items())]
+    versions = dict(g.opsets)
+    for n in g.nodes:
+        versions.setdefault(n.domain, n.opset or 1)  # e.g. onnxpy.fused, added by the optimizer
+    opsets = [helper.make_opsetid(d, v) for d, v in sorted(versions.items())]
     model = helper.make_model(graph_to_proto(g), opset_imports=opsets, producer_name="onnxpy")
     return model
 

@@ -23,7 +23,7 @@ def normalize_domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
 
 
-@dataclass
+@dataclass(eq=False)  # nodes are compared by identity: two equal-looking nodes are distinct
 class Node:
     op_type: str
     inputs: list[str]

@@ -5,6 +5,7 @@ from . import (  # noqa: F401 - importing registers the kernels
     conv,
     conv_extra,
     elementwise,
+    fused,
     indexing,
     math,
     ml,

@@ -6,15 +6,17 @@ registered per level in PASSES_BY_LEVEL; each level also runs the levels below i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 from ..ir.graph import Graph, topological_sort
+from .passes import constant_folding, eliminate, fold_batchnorm, fuse_activation
 
 Pass = Callable[[Graph], bool]
 
-BASIC: list[Pass] = []
-EXTENDED: list[Pass] = []
+# Like onnxruntime's levels: basic = semantics-preserving cleanups, extended = fusions into
+# onnxpy's own fused kernels, layout = nothing yet.
+BASIC: list[Pass] = [constant_folding.run, eliminate.run]
+EXTENDED: list[Pass] = [fold_batchnorm.run, fuse_activation.run]
 LAYOUT: list[Pass] = []
 
 MAX_ROUNDS = 16
@@ -34,16 +36,16 @@ def passes_for_level(level: int) -> list[Pass]:
 def optimize(graph: Graph, level: int) -> list[str]:
     """Run the passes of ``level`` on ``graph`` in place; return the names of passes that changed it."""
     passes = passes_for_level(int(level))
-    debug = os.environ.get("ONNXPY_CHECK_PASSES") == "1"
     applied: list[str] = []
     for _ in range(MAX_ROUNDS):
         changed = False
         for p in passes:
             if p(graph):
                 changed = True
-                applied.append(p.__name__)
-                if debug:
-                    topological_sort(graph)
+                applied.append(p.__module__.rsplit(".", 1)[-1])
+                # A fusion may move work to a node placed before one of its new inputs'
+                # producers; re-sorting restores order and re-checks the graph.
+                topological_sort(graph)
         if not changed:
             break
     return applied

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..api.errors import InvalidGraph
 from ..ir.graph import Graph
 from .plan import ABSENT, DISCARD, ExecutionPlan, Step
 
@@ -63,6 +64,14 @@ def build_plan(
 
     step_inputs = [tuple(vid(n) for n in b.inputs) for b in bound]
     step_outputs = [tuple(vid(n) if n else DISCARD for n in b.outputs) for b in bound]
+
+    # Every input must exist before its reader runs (a broken order would read None).
+    ready = set(feed_ids.values()) | set(outer_ids.values()) | set(const_ids) | {ABSENT}
+    for b, ins, outs in zip(bound, step_inputs, step_outputs):
+        missing = [names[i] for i in ins if i not in ready]
+        if missing:
+            raise InvalidGraph(f"{b.describe} reads {missing} before any step produces them (graph out of order)")
+        ready.update(outs)
 
     # Last step reading each value; a value nobody reads dies at the step that makes it.
     last_use: dict[int, int] = {}

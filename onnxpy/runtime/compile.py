@@ -67,6 +67,10 @@ def build_graph(model: ModelProto) -> Graph:
     names = [vi.name for vi in model.graph.input]
     if len(set(names)) != len(names):
         raise InvalidGraph(f"graph inputs have duplicate names: {names}")
+    if model.ir_version < 4:
+        # Before IR 4 every initializer had to be listed as an input too; they are constants
+        # there, not inputs a caller may override (onnxruntime treats them the same way).
+        graph.inputs = [n for n in graph.inputs if n not in graph.initializers]
     local = local_function_table(model.functions)
     expand_functions(graph, local, lambda n: registry.resolve(n.domain, n.op_type, n.opset) is not None)
     topological_sort(graph)

@@ -26,6 +26,8 @@ KERNELS = [k for k in registry.all_kernels() if _schema(k) is not None]
 def _same(a, b) -> bool:
     if isinstance(b, bytes):
         b = b.decode()
+    if isinstance(b, list):
+        b = [x.decode() if isinstance(x, bytes) else x for x in b]
     if isinstance(a, float) or isinstance(b, float):
         return np.float32(a) == np.float32(b)
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):

@@ -1,0 +1,119 @@
+"""onnxpy's own fused operators (domain onnxpy.fused), created only by the graph optimizer.
+
+Each does in one kernel what the original graph did in several: a convolution with its bias,
+residual add and activation; a per-channel affine (folded BatchNormalization) with activation;
+Gemm / MatMul + bias with activation. Activations are applied in place on the fresh result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .conv import conv_nd
+from .nn import gemm
+from .registry import op
+
+DOMAIN = "onnxpy.fused"
+
+
+def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> Any:
+    """Apply ``activation`` to ``y`` in place where possible; returns the result."""
+    if not activation:
+        return y
+    t = y.dtype.type
+    if activation == "Relu":
+        return xp.maximum(y, t(0), out=y)
+    if activation == "LeakyRelu":
+        neg = xp.minimum(y, t(0))
+        neg *= t(1 - params[0])
+        y -= neg
+        return y
+    if activation == "Clip":
+        return xp.clip(y, t(params[0]), t(params[1]), out=y)
+    if activation == "Tanh":
+        return xp.tanh(y, out=y)
+    if activation == "Sigmoid":
+        # exp of -|y| never overflows; sigmoid(y) = 1/(1+e) for y >= 0, e/(1+e) otherwise.
+        e = xp.exp(-xp.abs(y))
+        return xp.where(y >= 0, 1 / (1 + e), e / (1 + e)).astype(y.dtype, copy=False)
+    if activation == "HardSigmoid":
+        y *= t(params[0])
+        y += t(params[1])
+        return xp.clip(y, t(0), t(1), out=y)
+    if activation == "HardSwish":
+        gate = xp.clip(y * t(1 / 6) + t(0.5), t(0), t(1))
+        y *= gate
+        return y
+    raise ValueError(f"unknown fused activation '{activation}'")
+
+
+@op("FusedConv", 1, domain=DOMAIN)
+def fused_conv(
+    xp: Any,
+    X: Any,  # noqa: N803 - ONNX names
+    W: Any,  # noqa: N803
+    B: Any = None,  # noqa: N803
+    Z: Any = None,  # noqa: N803
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+    activation: str = "",
+    activation_params: list[float] | None = None,
+) -> Any:
+    y = conv_nd(
+        xp,
+        X,
+        W,
+        B,
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    )
+    if Z is not None:
+        y += Z
+    return apply_activation(xp, y, activation, activation_params or [])
+
+
+@op("ChannelAffine", 1, domain=DOMAIN)
+def channel_affine(
+    xp: Any, X: Any, scale: Any, shift: Any, *, activation: str = "", activation_params: list[float] | None = None
+) -> Any:  # noqa: N803
+    shape = (1, -1) + (1,) * max(X.ndim - 2, 0)
+    y = X * scale.reshape(shape)
+    y += shift.reshape(shape)
+    return apply_activation(xp, y, activation, activation_params or [])
+
+
+@op("FusedGemm", 1, domain=DOMAIN)
+def fused_gemm(
+    xp: Any,
+    A: Any,  # noqa: N803
+    B: Any,  # noqa: N803
+    C: Any = None,  # noqa: N803
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    transA: int = 0,  # noqa: N803
+    transB: int = 0,  # noqa: N803
+    activation: str = "",
+    activation_params: list[float] | None = None,
+) -> Any:
+    y = gemm(xp, A, B, C, alpha=alpha, beta=beta, transA=transA, transB=transB)
+    return apply_activation(xp, y, activation, activation_params or [])
+
+
+@op("FusedMatMul", 1, domain=DOMAIN)
+def fused_matmul(
+    xp: Any, A: Any, B: Any, bias: Any = None, *, activation: str = "", activation_params: list[float] | None = None
+) -> Any:  # noqa: N803
+    y = xp.matmul(A, B)
+    if bias is not None:
+        y += bias
+    return apply_activation(xp, y, activation, activation_params or [])

@@ -1,0 +1,163 @@
+"""Fuse producers with what follows them so one kernel does the work of several:
+
+- Conv -> Add/Sum(residual) becomes onnxpy.fused.FusedConv with the residual as its 4th input.
+- Conv / FusedConv / ChannelAffine / Gemm / MatMul+bias followed by an activation (Relu,
+  LeakyRelu, Clip with constant bounds, Sigmoid, Tanh, HardSigmoid, HardSwish) carry the activation
+  as an attribute and apply it in place.
+- MatMul followed by Add of a constant vector over the last axis becomes FusedMatMul(A, B, bias).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...ir.graph import Graph, Node
+from ..rewrite import FUSED_DOMAIN, Uses, constant, prune_unused, remove_nodes, scalar_value
+
+CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+def activation_of(graph: Graph, node: Node) -> tuple[str, list[float]] | None:
+    """(name, params) when ``node`` is an activation a fused kernel can apply in place."""
+    if node.domain:
+        return None
+    op = node.op_type
+    if op in ("Relu", "Sigmoid", "Tanh", "HardSwish"):
+        return op, []
+    if op == "LeakyRelu":
+        return op, [float(node.attrs.get("alpha", 0.01))]
+    if op == "HardSigmoid":
+        return op, [float(node.attrs.get("alpha", 0.2)), float(node.attrs.get("beta", 0.5))]
+    if op == "Clip":
+        if node.opset < 11:
+            return op, [
+                float(node.attrs.get("min", -3.4028234663852886e38)),
+                float(node.attrs.get("max", 3.4028234663852886e38)),
+            ]
+        lo = (
+            scalar_value(constant(graph, node.inputs[1]))
+            if len(node.inputs) > 1 and node.inputs[1]
+            else -3.4028234663852886e38
+        )
+        hi = (
+            scalar_value(constant(graph, node.inputs[2]))
+            if len(node.inputs) > 2 and node.inputs[2]
+            else 3.4028234663852886e38
+        )
+        if lo is None or hi is None:
+            return None
+        return op, [lo, hi]
+    return None
+
+
+def _float32(graph: Graph, name: str) -> bool:
+    return graph.elem_type(name) == 1
+
+
+def _to_fused_conv(conv: Node) -> Node:
+    if conv.domain == FUSED_DOMAIN:
+        return conv
+    attrs: dict[str, Any] = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
+    return Node(
+        op_type="FusedConv",
+        inputs=list(conv.inputs) + [""] * (3 - len(conv.inputs)),
+        outputs=list(conv.outputs),
+        attrs=attrs,
+        name=conv.name,
+        domain=FUSED_DOMAIN,
+        opset=1,
+    )
+
+
+def _replace(graph: Graph, old: Node, new: Node) -> None:
+    graph.nodes[graph.nodes.index(old)] = new
+
+
+def run(graph: Graph) -> bool:
+    changed = False
+    gone: set[int] = set()  # ids of nodes removed during this pass
+
+    def drop(node: Node) -> None:
+        gone.add(id(node))
+        remove_nodes(graph, [node])
+
+    uses = Uses(graph)
+    for node in list(graph.nodes):
+        if id(node) in gone:
+            continue
+        out = node.outputs[0] if node.outputs else ""
+        is_conv = (node.op_type == "Conv" and not node.domain) or (
+            node.domain == FUSED_DOMAIN and node.op_type == "FusedConv"
+        )
+        if not out or not _float32(graph, out):
+            continue
+        nxt = uses.only_reader(out)
+        if nxt is None:
+            continue
+        # Residual add into a convolution without activation yet.
+        if is_conv and not node.attrs.get("activation") and (len(node.inputs) < 4 or not node.inputs[3]):
+            if not nxt.domain and nxt.op_type in ("Add", "Sum") and len(nxt.inputs) == 2 and nxt.outputs[0]:
+                other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
+                if (
+                    other != out
+                    and graph.shape(other) is not None
+                    and graph.shape(other) == graph.shape(nxt.outputs[0]) == graph.shape(out)
+                ):
+                    fused = _to_fused_conv(node)
+                    fused.inputs = fused.inputs[:3] + [other]
+                    fused.outputs = [nxt.outputs[0]]
+                    _replace(graph, node, fused)
+                    drop(nxt)
+                    changed = True
+                    uses = Uses(graph)
+                    continue
+        act = activation_of(graph, nxt)
+        if act is not None:
+            name, params = act
+            if is_conv and not node.attrs.get("activation"):
+                fused = _to_fused_conv(node)
+            elif (
+                node.domain == FUSED_DOMAIN
+                and node.op_type in ("ChannelAffine", "FusedGemm", "FusedMatMul")
+                and not node.attrs.get("activation")
+            ):
+                fused = node
+            elif node.op_type == "Gemm" and not node.domain:
+                fused = Node(
+                    "FusedGemm", list(node.inputs), list(node.outputs), dict(node.attrs), node.name, FUSED_DOMAIN, 1
+                )
+            else:
+                fused = None
+            if fused is not None:
+                fused.attrs["activation"] = name
+                if params:
+                    fused.attrs["activation_params"] = params
+                fused.outputs = [nxt.outputs[0]]
+                if fused is not node:
+                    _replace(graph, node, fused)
+                drop(nxt)
+                changed = True
+                uses = Uses(graph)
+                continue
+        # MatMul + constant bias over the last axis.
+        if node.op_type == "MatMul" and not node.domain and not nxt.domain and nxt.op_type == "Add":
+            other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
+            bias = constant(graph, other)
+            w = constant(graph, node.inputs[1])
+            if bias is not None and w is not None and w.ndim == 2 and bias.ndim == 1 and bias.shape[0] == w.shape[1]:
+                fused = Node(
+                    "FusedMatMul",
+                    [node.inputs[0], node.inputs[1], other],
+                    [nxt.outputs[0]],
+                    {},
+                    node.name,
+                    FUSED_DOMAIN,
+                    1,
+                )
+                _replace(graph, node, fused)
+                drop(nxt)
+                changed = True
+                uses = Uses(graph)
+    if changed:
+        prune_unused(graph)
+    return changed

@@ -1,0 +1,279 @@
+"""Each optimizer pass on a small graph: what it rewrites, and that the numbers do not change."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxpy
+from onnxpy.optimizer.passes import constant_folding, eliminate, fold_batchnorm, fuse_activation
+from onnxpy.optimizer.rewrite import FUSED_DOMAIN
+from onnxpy.runtime.compile import build_graph
+from tests.helpers import make_model, vinfo
+
+RNG = np.random.default_rng(7)
+
+
+def _ops(graph) -> dict[str, int]:
+    return dict(collections.Counter(n.op_type for n in graph.nodes))
+
+
+def _same_numbers(model: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-5) -> onnxpy.InferenceSession:
+    """Run at level 0 and at level 99; assert equal outputs; return the optimized session."""
+    plain_opts = onnxpy.SessionOptions()
+    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    plain = onnxpy.InferenceSession(model, plain_opts).run(None, feeds)
+    sess = onnxpy.InferenceSession(model)
+    got = sess.run(None, feeds)
+    for g, w in zip(got, plain):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-5 * max(1.0, float(np.max(np.abs(w)))))
+    return sess
+
+
+def _conv_model(extra_nodes, extra_inits, out_name, out_shape=(1, 4, 6, 6)):
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(4).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]), *extra_nodes]
+    return make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [vinfo(out_name, TensorProto.FLOAT, list(out_shape))],
+        initializers={"w": w, "b": b, **extra_inits},
+    )
+
+
+X = {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)}
+
+
+def test_constant_folding_turns_weight_subgraphs_into_initializers() -> None:
+    nodes = [
+        helper.make_node(
+            "ConstantOfShape", ["shape"], ["w"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])
+        ),
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Gather", ["sx", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["newshape"], axis=0),
+        helper.make_node("Reshape", ["x", "newshape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "w"], ["y"]),
+    ]
+    inits = {
+        "shape": np.array([12, 2], np.int64),
+        "zero": np.array(0, np.int64),
+        "axes": np.array([0], np.int64),
+        "minus1": np.array([-1], np.int64),
+    }
+    m = make_model(
+        nodes, [vinfo("x", TensorProto.FLOAT, [2, 3, 4])], [vinfo("y", TensorProto.FLOAT, [2, 2])], initializers=inits
+    )
+    graph = build_graph(m)
+    assert constant_folding.run(graph)
+    assert _ops(graph) == {"Reshape": 1, "MatMul": 1}
+    assert graph.initializers["w"].shape == (12, 2) and np.all(graph.initializers["w"] == 0.5)
+    assert graph.initializers["newshape"].tolist() == [2, -1]
+    assert not constant_folding.run(graph)  # a fixpoint
+    _same_numbers(m, {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32)})
+
+
+def test_constant_folding_keeps_random_ops_and_dynamic_shapes() -> None:
+    nodes = [
+        helper.make_node("RandomNormal", [], ["r"], shape=[2]),
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Add", ["x", "r"], ["y"]),
+    ]
+    m = make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, ["n", 2])],
+        [vinfo("y", TensorProto.FLOAT, ["n", 2]), vinfo("s", TensorProto.INT64, [2])],
+    )
+    graph = build_graph(m)
+    constant_folding.run(graph)
+    assert "RandomNormal" in _ops(graph) and "Shape" in _ops(graph)
+
+
+def test_overridable_initializers_are_not_folded() -> None:
+    m = make_model(
+        [helper.make_node("Neg", ["w"], ["y"])],
+        [vinfo("w", TensorProto.FLOAT, [2])],
+        [vinfo("y", TensorProto.FLOAT, [2])],
+        initializers={"w": np.ones(2, np.float32)},
+    )
+    graph = build_graph(m)
+    assert not constant_folding.run(graph)
+    sess = onnxpy.InferenceSession(m)
+    assert sess.run(None, {"w": np.array([3, 4], np.float32)})[0].tolist() == [-3, -4]
+
+
+def test_eliminate_identity_dropout_and_noop_cast_but_keep_graph_outputs() -> None:
+    nodes = [
+        helper.make_node("Identity", ["x"], ["a"]),
+        helper.make_node("Dropout", ["a"], ["b", "mask"], ratio=0.3),
+        helper.make_node("Cast", ["b"], ["c"], to=TensorProto.FLOAT),
+        helper.make_node("Relu", ["c"], ["d"]),
+        helper.make_node("Identity", ["d"], ["y"]),
+    ]
+    m = make_model(nodes, [vinfo("x", TensorProto.FLOAT, [4])], [vinfo("y", TensorProto.FLOAT, [4])], opset=11)
+    graph = build_graph(m)
+    assert eliminate.run(graph)
+    assert _ops(graph) == {"Relu": 1, "Identity": 1}  # the Identity naming the output stays
+    assert graph.nodes[0].inputs == ["x"]
+    _same_numbers(m, {"x": np.array([-1, 0, 1, 2], np.float32)})
+
+
+def test_dropout_with_a_used_mask_stays() -> None:
+    nodes = [helper.make_node("Dropout", ["x"], ["y", "mask"])]
+    m = make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, [4])],
+        [vinfo("y", TensorProto.FLOAT, [4]), vinfo("mask", TensorProto.BOOL, [4])],
+        opset=11,
+    )
+    graph = build_graph(m)
+    assert not eliminate.run(graph)
+
+
+def _bn_nodes(src: str, out: str, prefix: str, c: int = 4) -> tuple[list, dict]:
+    inits = {
+        f"{prefix}_s": RNG.uniform(0.5, 1.5, c).astype(np.float32),
+        f"{prefix}_b": RNG.standard_normal(c).astype(np.float32),
+        f"{prefix}_m": RNG.standard_normal(c).astype(np.float32),
+        f"{prefix}_v": RNG.uniform(0.5, 1.5, c).astype(np.float32),
+    }
+    node = helper.make_node("BatchNormalization", [src, *inits], [out], epsilon=1e-3)
+    return [node], inits
+
+
+def test_conv_batchnorm_folds_into_the_conv() -> None:
+    bn, inits = _bn_nodes("c", "y", "bn")
+    m = _conv_model(bn, inits, "y")
+    graph = build_graph(m)
+    assert fold_batchnorm.run(graph)
+    assert _ops(graph) == {"Conv": 1}
+    assert graph.nodes[0].outputs == ["y"]
+    _same_numbers(m, X)
+
+
+def test_batchnorm_after_a_shared_conv_becomes_channel_affine() -> None:
+    bn, inits = _bn_nodes("c", "n", "bn")
+    extra = [*bn, helper.make_node("Add", ["n", "c"], ["y"])]  # c has two readers: no folding into conv
+    m = _conv_model(extra, inits, "y")
+    graph = build_graph(m)
+    assert fold_batchnorm.run(graph)
+    assert "ChannelAffine" in _ops(graph) and "BatchNormalization" not in _ops(graph)
+    _same_numbers(m, X)
+
+
+def test_per_channel_mul_add_fold_into_conv_and_affine() -> None:
+    extra = [helper.make_node("Mul", ["c", "m"], ["d"]), helper.make_node("Add", ["d", "a"], ["y"])]
+    inits = {
+        "m": RNG.standard_normal((4, 1, 1)).astype(np.float32),
+        "a": RNG.standard_normal((1, 4, 1, 1)).astype(np.float32),
+    }
+    m = _conv_model(extra, inits, "y")
+    graph = build_graph(m)
+    assert fold_batchnorm.run(graph)
+    assert _ops(graph) == {"Conv": 1}
+    _same_numbers(m, X)
+    # A non-per-channel constant (varies along width) must not fold.
+    extra = [helper.make_node("Mul", ["c", "m"], ["y"])]
+    m2 = _conv_model(extra, {"m": RNG.standard_normal((1, 1, 1, 6)).astype(np.float32)}, "y")
+    graph = build_graph(m2)
+    assert not fold_batchnorm.run(graph)
+    _same_numbers(m2, X)
+
+
+@pytest.mark.parametrize(
+    ("act", "attrs", "extra_inputs", "extra_inits"),
+    [
+        ("Relu", {}, [], {}),
+        ("LeakyRelu", {"alpha": 0.2}, [], {}),
+        ("Clip", {}, ["lo", "hi"], {"lo": np.array(-0.5, np.float32), "hi": np.array(0.7, np.float32)}),
+        ("Sigmoid", {}, [], {}),
+        ("Tanh", {}, [], {}),
+        ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, [], {}),
+        ("HardSwish", {}, [], {}),
+    ],
+)
+def test_conv_activation_fusion(act: str, attrs: dict, extra_inputs: list, extra_inits: dict) -> None:
+    m = _conv_model([helper.make_node(act, ["c", *extra_inputs], ["y"], **attrs)], extra_inits, "y")
+    graph = build_graph(m)
+    assert fuse_activation.run(graph)
+    assert _ops(graph) == {"FusedConv": 1}
+    assert graph.nodes[0].domain == FUSED_DOMAIN and graph.nodes[0].attrs["activation"] == act
+    _same_numbers(m, X)
+
+
+def test_residual_add_and_relu_fuse_into_the_conv() -> None:
+    extra = [helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    m = make_model(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Neg", ["x2"], ["z"]),
+            *extra,
+        ],
+        [vinfo("x", TensorProto.FLOAT, [1, 3, 6, 6]), vinfo("x2", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [vinfo("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+        initializers={
+            "w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32),
+            "b": RNG.standard_normal(4).astype(np.float32),
+        },
+    )
+    graph = build_graph(m)
+    while fuse_activation.run(graph):
+        pass
+    assert _ops(graph) == {"Neg": 1, "FusedConv": 1}
+    fused = [n for n in graph.nodes if n.op_type == "FusedConv"][0]
+    assert fused.inputs[3] == "z" and fused.attrs["activation"] == "Relu"
+    _same_numbers(m, {**X, "x2": RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)})
+
+
+def test_gemm_relu_and_matmul_bias_fusions() -> None:
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["g"], transB=1),
+        helper.make_node("Relu", ["g"], ["h"]),
+        helper.make_node("MatMul", ["h", "w2"], ["mm"]),
+        helper.make_node("Add", ["mm", "b2"], ["y"]),
+    ]
+    inits = {
+        "w1": RNG.standard_normal((8, 5)).astype(np.float32),
+        "b1": RNG.standard_normal(8).astype(np.float32),
+        "w2": RNG.standard_normal((8, 3)).astype(np.float32),
+        "b2": RNG.standard_normal(3).astype(np.float32),
+    }
+    m = make_model(
+        nodes, [vinfo("x", TensorProto.FLOAT, [2, 5])], [vinfo("y", TensorProto.FLOAT, [2, 3])], initializers=inits
+    )
+    graph = build_graph(m)
+    assert fuse_activation.run(graph)
+    assert _ops(graph) == {"FusedGemm": 1, "FusedMatMul": 1}
+    _same_numbers(m, {"x": RNG.standard_normal((2, 5)).astype(np.float32)})
+
+
+def test_levels_select_passes() -> None:
+    from onnxpy.optimizer.manager import passes_for_level
+
+    assert passes_for_level(0) == []
+    assert constant_folding.run in passes_for_level(1) and fold_batchnorm.run not in passes_for_level(1)
+    assert fold_batchnorm.run in passes_for_level(2) and fuse_activation.run in passes_for_level(99)
+
+
+def test_optimized_model_filepath_writes_a_loadable_model(tmp_path) -> None:
+    bn, inits = _bn_nodes("c", "r", "bn")
+    m = _conv_model([*bn, helper.make_node("Relu", ["r"], ["y"])], inits, "y")
+    so = onnxpy.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    want = onnxpy.InferenceSession(m, so).run(None, X)[0]
+    saved = onnx.load(str(tmp_path / "opt.onnx"))
+    assert [n.op_type for n in saved.graph.node] == ["FusedConv"]
+    assert any(o.domain == FUSED_DOMAIN for o in saved.opset_import)
+    np.testing.assert_allclose(onnxpy.InferenceSession(saved).run(None, X)[0], want, rtol=1e-6)
+    src = tmp_path / "model.onnx"
+    onnx.save(m, src)
+    so2 = onnxpy.SessionOptions()
+    so2.optimized_model_filepath = str(src)
+    with pytest.raises(onnxpy.InvalidArgument, match="refusing to overwrite"):
+        onnxpy.InferenceSession(str(src), so2)
