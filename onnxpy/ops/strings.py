@@ -93,7 +93,11 @@ def string_split(xp: Any, X: Any, *, delimiter: str | None = None, maxsplit: int
     limit = -1 if maxsplit is None else int(maxsplit)
     if limit < -1:
         raise ValueError(f"StringSplit: maxsplit must be >= 0, got {maxsplit}")
-    parts = [s.split(sep, limit) for s in x.reshape(-1)]
+    # Whitespace mode drops leading and trailing whitespace, also around a maxsplit remainder;
+    # an empty string has no substrings at all (as in onnxruntime), whatever the delimiter.
+    parts = [
+        (s.split(sep, limit) if sep is not None else s.strip().split(None, limit)) if s else [] for s in x.reshape(-1)
+    ]
     width = max((len(p) for p in parts), default=0)
     y = np.full((len(parts), width), "", dtype=object)
     for i, p in enumerate(parts):
