@@ -20,7 +20,7 @@ class Step:
     node_name: str
     #: how errors name the node, e.g. "node 'conv1' (Conv)"
     describe: str
-    #: the bound kernel: ``fn(xp, *inputs)`` with attributes already applied
+    #: the bound kernel: ``fn(*inputs)``, its array namespace and attributes already applied
     fn: Callable[..., Any]
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]

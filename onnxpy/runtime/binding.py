@@ -14,6 +14,7 @@ from ..api.errors import InvalidGraph
 from ..ir.graph import Graph, Node, free_names_of_subgraphs
 from ..ops import registry
 from ..planner.build import BoundNode
+from ..providers.base import Provider
 
 SubgraphCompiler = Callable[[Graph, Node, str], Any]
 
@@ -73,11 +74,13 @@ def _required_attributes(fn: Callable[..., Any]) -> frozenset[str]:
 def bind_node(
     node: Node,
     graph: Graph,
-    provider_name: str,
+    provider: Provider,
     compile_subgraph: SubgraphCompiler,
     session_facts: Any = None,
 ) -> BoundNode:
-    opdef = resolve_kernel(node, provider_name)
+    """Resolve the node's kernel for ``provider`` and bind its array namespace and attributes:
+    the result's ``fn(*inputs)`` is all the executor calls."""
+    opdef = resolve_kernel(node, provider.name)
     kwargs: dict[str, Any] = {}
     schema = None
     for key, value in node.attrs.items():
@@ -118,7 +121,7 @@ def bind_node(
             implicit_inputs=implicit,
             session=session_facts,
         )
-    fn = functools.partial(opdef.fn, **kwargs) if kwargs else opdef.fn
+    fn = functools.partial(opdef.fn, provider.xp, **kwargs)
     return BoundNode(
         fn=fn,
         op_type=node.op_type,

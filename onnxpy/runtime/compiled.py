@@ -29,7 +29,7 @@ class CompiledGraph:
         self.graph = graph
         self.provider = provider
         self.session_facts = session_facts
-        self.bound = [bind_node(n, graph, provider.name, self._compile_subgraph, session_facts) for n in graph.nodes]
+        self.bound = [bind_node(n, graph, provider, self._compile_subgraph, session_facts) for n in graph.nodes]
         self.constants = {name: provider.from_host(arr) for name, arr in graph.initializers.items()}
         self.outer = tuple(outer)
         self.plan: ExecutionPlan = self.plan_for(graph.outputs if fetch is None else fetch)
@@ -54,7 +54,7 @@ class CompiledGraph:
         if outer:
             for n, i in plan.outer_ids.items():
                 by_id[i] = outer[n]
-        return execute(plan, self.provider.xp, by_id, terminate=terminate, observer=observer)
+        return execute(plan, by_id, terminate=terminate, observer=observer)
 
 
 class Subgraph:
@@ -84,7 +84,7 @@ class Subgraph:
         feeds = dict(zip(self._input_ids, inputs))
         for name, i in zip(self.outer_names, self._outer_ids):
             feeds[i] = outer[name]
-        return execute(self.compiled.plan, self.compiled.provider.xp, feeds)
+        return execute(self.compiled.plan, feeds)
 
     def __repr__(self) -> str:
         return f"<Subgraph {self.graph.name!r} inputs={self.input_names} outputs={self.output_names}>"

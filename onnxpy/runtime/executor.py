@@ -18,7 +18,6 @@ class RunTerminated(EngineError):
 
 def execute(
     plan: ExecutionPlan,
-    xp: Any,
     feeds: dict[int, Any],
     fetch_ids: list[int] | None = None,
     terminate: Callable[[], bool] | None = None,
@@ -35,7 +34,7 @@ def execute(
         values[i] = v
     if terminate is None and observer is None:
         for step in plan.steps:
-            _run_step(step, values, xp)
+            _run_step(step, values)
             for i in step.release:
                 values[i] = None
     else:
@@ -43,7 +42,7 @@ def execute(
             if terminate is not None and terminate():
                 raise RunTerminated(f"Exiting due to terminate flag being set to true (before {step.describe})")
             token = observer.before(plan, step, values) if observer is not None else None
-            _run_step(step, values, xp)
+            _run_step(step, values)
             if observer is not None:
                 observer.after(plan, step, token, values)
             for i in step.release:
@@ -52,10 +51,10 @@ def execute(
     return [values[i] for i in ids]
 
 
-def _run_step(step: Step, values: list[Any], xp: Any) -> None:
+def _run_step(step: Step, values: list[Any]) -> None:
     args = [values[i] for i in step.inputs]
     try:
-        result = step.fn(xp, *args)
+        result = step.fn(*args)
     except OnnxpyError as e:
         if step.describe in str(e):
             raise

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ...ir.graph import Graph, Node
+from ...providers import CPU
 from ...runtime.binding import bind_node
 from ..rewrite import constant, prune_unused
 
@@ -68,8 +69,8 @@ def _evaluate(graph: Graph, node: Node) -> list[Any] | None:
     if not node.outputs:
         return None
     try:
-        bound = bind_node(node, graph, "CPUExecutionProvider", _no_subgraph)
-        result = bound.fn(np, *args)
+        bound = bind_node(node, graph, CPU, _no_subgraph)
+        result = bound.fn(*args)
     except Exception:  # noqa: BLE001 - anything that fails now fails (with context) at run time
         return None
     results = list(result) if isinstance(result, tuple) else [result]
