@@ -1,0 +1,345 @@
+"""Conv (each fast path against a direct reference), ConvTranspose, DeformConv and Col2Im against
+onnxruntime on attribute combinations the conformance suite does not reach."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxpy
+
+ELEM = {
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.float64): TensorProto.DOUBLE,
+    np.dtype(np.float16): TensorProto.FLOAT16,
+    np.dtype(np.int64): TensorProto.INT64,
+}
+
+
+def _model(op_type: str, feeds: dict[str, np.ndarray], opset: int, out_elem: int, **attrs: Any) -> bytes:
+    node = helper.make_node(op_type, list(feeds), ["Y"], **attrs)
+    vi = [helper.make_tensor_value_info(n, ELEM[v.dtype], list(v.shape)) for n, v in feeds.items()]
+    graph = helper.make_graph([node], "g", vi, [helper.make_tensor_value_info("Y", out_elem, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _ours(op_type: str, feeds: dict[str, np.ndarray], opset: int = 17, **attrs: Any) -> np.ndarray:
+    data = _model(op_type, feeds, opset, ELEM[next(iter(feeds.values())).dtype], **attrs)
+    return onnxpy.InferenceSession(data).run(None, feeds)[0]
+
+
+def _both(op_type: str, feeds: dict[str, np.ndarray], opset: int = 17, **attrs: Any) -> tuple[np.ndarray, np.ndarray]:
+    data = _model(op_type, feeds, opset, ELEM[next(iter(feeds.values())).dtype], **attrs)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = onnxpy.InferenceSession(data).run(None, feeds)[0]
+    return got, want
+
+
+def _close(got: np.ndarray, want: np.ndarray, tol: float = 1e-4) -> None:
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+
+
+# -- a direct convolution: one dot product per output position ----------------------------------
+
+
+def reference_conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    strides: list[int],
+    pads: list[int],
+    dilations: list[int],
+    group: int,
+) -> np.ndarray:
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    nd = x.ndim - 2
+    k = w.shape[2:]
+    xd = x.astype(np.float64)
+    xpad = np.pad(xd, [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)])
+    ext = [(k[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    out = [(xpad.shape[2 + i] - ext[i]) // strides[i] + 1 for i in range(nd)]
+    y = np.zeros((n, m, *out))
+    cg, mg = c // group, m // group
+    for pos in itertools.product(*(range(o) for o in out)):
+        window = tuple(slice(pos[i] * strides[i], pos[i] * strides[i] + ext[i], dilations[i]) for i in range(nd))
+        patch = xpad[(slice(None), slice(None), *window)]  # (N, C, *k)
+        for g in range(group):
+            pg = patch[:, g * cg : (g + 1) * cg].reshape(n, -1)
+            wg = w[g * mg : (g + 1) * mg].astype(np.float64).reshape(mg, -1)
+            y[(slice(None), slice(g * mg, (g + 1) * mg), *pos)] = pg @ wg.T
+    if b is not None:
+        y += b.astype(np.float64).reshape((1, m) + (1,) * nd)
+    return y
+
+
+CONV_CASES = [
+    # name, x shape, w shape, group, strides, pads, dilations
+    ("1x1", (2, 6, 5, 7), (4, 6, 1, 1), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
+    ("1x1_grouped", (2, 6, 5, 7), (4, 3, 1, 1), 2, [1, 1], [0, 0, 0, 0], [1, 1]),
+    ("1x1_strided_padded", (1, 4, 6, 7), (5, 4, 1, 1), 1, [2, 3], [1, 0, 2, 1], [1, 1]),
+    ("depthwise", (2, 5, 8, 9), (5, 1, 3, 3), 5, [1, 1], [1, 1, 1, 1], [1, 1]),
+    ("depthwise_dilated_strided", (1, 4, 11, 10), (4, 1, 3, 2), 4, [2, 3], [2, 0, 1, 3], [2, 3]),
+    ("depthwise_multiplier", (1, 3, 7, 7), (6, 1, 3, 3), 3, [1, 2], [1, 1, 0, 0], [1, 1]),
+    ("im2col", (2, 3, 9, 8), (4, 3, 3, 3), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
+    ("im2col_grouped_dilated_strided", (2, 6, 13, 12), (8, 3, 3, 2), 2, [2, 3], [1, 2, 3, 0], [2, 2]),
+    ("im2col_asymmetric_pads", (1, 2, 6, 6), (3, 2, 2, 3), 1, [1, 1], [0, 2, 3, 1], [1, 1]),
+    ("conv1d", (2, 4, 17), (6, 2, 4), 2, [3], [2, 1], [2]),
+    ("conv3d", (1, 4, 5, 6, 7), (4, 2, 2, 3, 2), 2, [1, 2, 1], [1, 0, 1, 0, 1, 1], [2, 1, 1]),
+    ("depthwise_3d", (1, 3, 4, 5, 6), (3, 1, 2, 2, 2), 3, [1, 1, 2], [0, 1, 0, 1, 0, 1], [1, 2, 1]),
+]
+
+
+@pytest.mark.parametrize("name,xs,ws,group,strides,pads,dilations", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv_paths_against_direct_reference(
+    name: str,
+    xs: tuple[int, ...],
+    ws: tuple[int, ...],
+    group: int,
+    strides: list[int],
+    pads: list[int],
+    dilations: list[int],
+) -> None:
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    attrs = dict(group=group, strides=strides, pads=pads, dilations=dilations)
+    got = _ours("Conv", {"X": x, "W": w, "B": b}, **attrs)
+    want = reference_conv(x, w, b, strides, pads, dilations, group)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    got_ort, want_ort = _both("Conv", {"X": x, "W": w, "B": b}, **attrs)
+    _close(got_ort, want_ort)
+
+
+def _same_pads(size: list[int], kernel: list[int], strides: list[int], dilations: list[int], upper: bool) -> list[int]:
+    begin, end = [], []
+    for n, k, s, d in zip(size, kernel, strides, dilations):
+        out = -(-n // s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        b = total // 2 if upper else total - total // 2
+        begin.append(b)
+        end.append(total - b)
+    return begin + end
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+@pytest.mark.parametrize(
+    "kernel,strides,dilations", [([3, 2], [2, 2], [1, 1]), ([2, 3], [1, 3], [2, 1]), ([1, 1], [2, 1], [1, 1])]
+)
+def test_conv_auto_pad(auto_pad: str, kernel: list[int], strides: list[int], dilations: list[int]) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 4, 7, 8)).astype(np.float32)
+    w = rng.standard_normal((2, 4, *kernel)).astype(np.float32)
+    attrs = dict(auto_pad=auto_pad, strides=strides, dilations=dilations)
+    if auto_pad == "VALID":
+        pads = [0, 0, 0, 0]
+    else:
+        pads = _same_pads([7, 8], kernel, strides, dilations, auto_pad == "SAME_UPPER")
+    got = _ours("Conv", {"X": x, "W": w}, **attrs)
+    np.testing.assert_allclose(got, reference_conv(x, w, None, strides, pads, dilations, 1), rtol=1e-4, atol=1e-4)
+    if dilations == [1, 1] or auto_pad == "VALID":  # onnxruntime refuses dilated SAME padding
+        got, want = _both("Conv", {"X": x, "W": w}, **attrs)
+        _close(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+@pytest.mark.parametrize("name", ["1x1", "depthwise", "im2col_grouped_dilated_strided"])
+def test_conv_dtypes(dtype: Any, name: str) -> None:
+    _, xs, ws, group, strides, pads, dilations = next(c for c in CONV_CASES if c[0] == name)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(xs).astype(dtype)
+    w = rng.standard_normal(ws).astype(dtype)
+    got = _ours("Conv", {"X": x, "W": w}, group=group, strides=strides, pads=pads, dilations=dilations)
+    want = reference_conv(x, w, None, strides, pads, dilations, group)
+    assert got.dtype == np.dtype(dtype)
+    tol = 2e-2 if dtype == np.float16 else 1e-10
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_conv_kernel_shape_mismatch_raises() -> None:
+    x = np.zeros((1, 2, 5, 5), np.float32)
+    w = np.zeros((3, 2, 3, 3), np.float32)
+    with pytest.raises(Exception, match="kernel_shape"):
+        _ours("Conv", {"X": x, "W": w}, kernel_shape=[2, 2])
+
+
+# -- ConvTranspose -------------------------------------------------------------------------------
+
+CT_CASES = [
+    ("basic", (1, 2, 4, 5), (2, 3, 3, 3), {}),
+    ("strided_pads", (2, 2, 4, 4), (2, 3, 3, 2), dict(strides=[2, 3], pads=[1, 0, 0, 1])),
+    ("output_padding", (1, 2, 3, 4), (2, 2, 3, 3), dict(strides=[3, 2], output_padding=[2, 1])),
+    ("output_shape", (1, 2, 3, 3), (2, 2, 3, 3), dict(strides=[2, 2], output_shape=[7, 8])),
+    (
+        "output_shape_upper",
+        (1, 2, 3, 3),
+        (2, 2, 3, 3),
+        dict(strides=[2, 2], output_shape=[6, 5], auto_pad="SAME_UPPER"),
+    ),
+    (
+        "output_shape_lower",
+        (1, 2, 3, 3),
+        (2, 2, 3, 3),
+        dict(strides=[2, 2], output_shape=[6, 5], auto_pad="SAME_LOWER"),
+    ),
+    ("same_upper", (1, 1, 4, 5), (1, 2, 4, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("same_lower", (1, 1, 4, 5), (1, 2, 4, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER")),
+    ("valid", (1, 2, 3, 3), (2, 1, 2, 2), dict(strides=[2, 2], auto_pad="VALID")),
+    (
+        "groups_dilations",
+        (2, 4, 5, 4),
+        (4, 3, 3, 2),
+        dict(group=2, dilations=[2, 3], strides=[2, 1], pads=[1, 2, 1, 0]),
+    ),
+    ("grouped_output_shape", (1, 6, 3, 3), (6, 1, 3, 3), dict(group=3, strides=[2, 2], output_shape=[6, 6])),
+    ("1d", (2, 3, 6), (3, 2, 4), dict(strides=[3], pads=[1, 2], dilations=[2])),
+    (
+        "3d",
+        (1, 2, 3, 3, 2),
+        (2, 2, 2, 3, 2),
+        dict(strides=[2, 1, 2], pads=[0, 1, 0, 1, 0, 1], output_padding=[1, 0, 1]),
+    ),
+]
+
+
+@pytest.mark.parametrize("name,xs,ws,attrs", CT_CASES, ids=[c[0] for c in CT_CASES])
+def test_conv_transpose(name: str, xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any]) -> None:
+    rng = np.random.default_rng(len(name))
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)
+    got, want = _both("ConvTranspose", {"X": x, "W": w, "B": b}, **attrs)
+    _close(got, want)
+    got, want = _both("ConvTranspose", {"X": x, "W": w}, **attrs)
+    _close(got, want)
+
+
+def test_conv_transpose_is_the_adjoint_of_conv() -> None:
+    # <conv(x), y> == <x, conv_transpose(y)> for the same weights, strides, pads and dilations.
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 3, 9, 8)).astype(np.float64)
+    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float64)
+    attrs = dict(strides=[2, 2], pads=[1, 0, 1, 1], dilations=[1, 2])
+    y = _ours("Conv", {"X": x, "W": w}, **attrs)
+    g = rng.standard_normal(y.shape)
+    # output_padding makes the transposed output exactly x's shape
+    ext = [(k - 1) * d + 1 for k, d in zip(w.shape[2:], attrs["dilations"])]
+    op_ = [
+        x.shape[2 + i] - (attrs["strides"][i] * (y.shape[2 + i] - 1) + ext[i] - attrs["pads"][i] - attrs["pads"][2 + i])
+        for i in range(2)
+    ]
+    xt = _ours("ConvTranspose", {"X": g, "W": w}, output_padding=op_, **attrs)
+    assert xt.shape == x.shape
+    np.testing.assert_allclose(np.sum(y * g), np.sum(x * xt), rtol=1e-10)
+
+
+def test_conv_transpose_float16() -> None:
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float16)
+    w = rng.standard_normal((2, 3, 3, 3)).astype(np.float16)
+    got = _ours("ConvTranspose", {"X": x, "W": w}, strides=[2, 2])
+    want = _ours("ConvTranspose", {"X": x.astype(np.float32), "W": w.astype(np.float32)}, strides=[2, 2])
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
+
+
+# -- DeformConv ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "attrs,offset_group,with_mask",
+    [
+        (dict(), 1, False),
+        (dict(pads=[1, 1, 1, 1]), 1, True),
+        (dict(strides=[2, 1], dilations=[1, 2], pads=[0, 2, 1, 0]), 2, True),
+        (dict(group=2), 2, False),
+    ],
+)
+def test_deform_conv(attrs: dict[str, Any], offset_group: int, with_mask: bool) -> None:
+    rng = np.random.default_rng(13)
+    n, c, h, w_ = 2, 4, 6, 7
+    kh, kw = 3, 2
+    group = attrs.get("group", 1)
+    x = rng.standard_normal((n, c, h, w_)).astype(np.float32)
+    w = rng.standard_normal((6, c // group, kh, kw)).astype(np.float32)
+    strides = attrs.get("strides", [1, 1])
+    dil = attrs.get("dilations", [1, 1])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    oh = (h + pads[0] + pads[2] - (kh - 1) * dil[0] - 1) // strides[0] + 1
+    ow = (w_ + pads[1] + pads[3] - (kw - 1) * dil[1] - 1) // strides[1] + 1
+    offset = (rng.standard_normal((n, offset_group * kh * kw * 2, oh, ow)) * 1.5).astype(np.float32)
+    feeds = {"X": x, "W": w, "offset": offset, "B": rng.standard_normal(6).astype(np.float32)}
+    if with_mask:
+        feeds["mask"] = rng.random((n, offset_group * kh * kw, oh, ow)).astype(np.float32)
+    got, want = _both("DeformConv", feeds, opset=19, offset_group=offset_group, **attrs)
+    _close(got, want)
+
+
+def test_deform_conv_zero_offset_is_conv() -> None:
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 3, 7, 6)).astype(np.float32)
+    w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    attrs = dict(strides=[2, 1], pads=[1, 1, 1, 1], dilations=[1, 2])
+    conv = _ours("Conv", {"X": x, "W": w}, **attrs)
+    offset = np.zeros((1, 18, *conv.shape[2:]), np.float32)
+    deform = _ours("DeformConv", {"X": x, "W": w, "offset": offset}, opset=19, **attrs)
+    np.testing.assert_allclose(deform, conv, rtol=1e-5, atol=1e-5)
+
+
+# -- Col2Im --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "image,block,attrs",
+    [
+        ([5, 6], [2, 3], {}),
+        ([6, 7], [3, 2], dict(strides=[2, 3], pads=[1, 0, 2, 1], dilations=[1, 2])),
+        ([4, 5, 3], [2, 2, 2], dict(strides=[1, 2, 1])),
+    ],
+)
+def test_col2im(image: list[int], block: list[int], attrs: dict[str, Any]) -> None:
+    rng = np.random.default_rng(15)
+    nd = len(image)
+    s = attrs.get("strides", [1] * nd)
+    d = attrs.get("dilations", [1] * nd)
+    p = attrs.get("pads", [0] * 2 * nd)
+    blocks = [(image[i] + p[i] + p[nd + i] - (block[i] - 1) * d[i] - 1) // s[i] + 1 for i in range(nd)]
+    c = 2
+    cols = rng.standard_normal((2, c * int(np.prod(block)), int(np.prod(blocks)))).astype(np.float32)
+    feeds = {"input": cols, "image_shape": np.array(image, np.int64), "block_shape": np.array(block, np.int64)}
+    if nd == 2:
+        got, want = _both("Col2Im", feeds, opset=18, **attrs)
+        _close(got, want)
+    else:
+        got = _ours("Col2Im", feeds, opset=18, **attrs)
+        want = _col2im_reference(cols, image, block, s, d, p)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _col2im_reference(
+    cols: np.ndarray, image: list[int], block: list[int], s: list[int], d: list[int], p: list[int]
+) -> np.ndarray:
+    nd = len(image)
+    n = cols.shape[0]
+    kk = int(np.prod(block))
+    c = cols.shape[1] // kk
+    padded = [image[i] + p[i] + p[nd + i] for i in range(nd)]
+    blocks = [(padded[i] - (block[i] - 1) * d[i] - 1) // s[i] + 1 for i in range(nd)]
+    out = np.zeros((n, c, *padded))
+    col = cols.reshape(n, c, kk, -1)
+    for li, bpos in enumerate(itertools.product(*(range(b) for b in blocks))):
+        for ki, kpos in enumerate(itertools.product(*(range(b) for b in block))):
+            idx = tuple(bpos[i] * s[i] + kpos[i] * d[i] for i in range(nd))
+            out[(slice(None), slice(None), *idx)] += col[:, :, ki, li]
+    return out[(slice(None), slice(None), *(slice(p[i], p[i] + image[i]) for i in range(nd)))]
