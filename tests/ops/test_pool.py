@@ -1,0 +1,254 @@
+"""Pooling kernels against onnxruntime on attribute combinations the conformance suite does not
+reach: ceil_mode with pads, dilations, Indices with storage_order and padding, integer inputs,
+count_include_pad with ceil_mode, LpPool p values, MaxUnpool round trips, MaxRoiPool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxpy
+
+ELEM = {
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.float64): TensorProto.DOUBLE,
+    np.dtype(np.float16): TensorProto.FLOAT16,
+    np.dtype(np.int8): TensorProto.INT8,
+    np.dtype(np.uint8): TensorProto.UINT8,
+    np.dtype(np.int64): TensorProto.INT64,
+}
+
+
+def _model(op_type: str, feeds: dict[str, np.ndarray], outs: dict[str, int], opset: int, **attrs: Any) -> bytes:
+    node = helper.make_node(op_type, list(feeds), list(outs), **attrs)
+    vi = [helper.make_tensor_value_info(n, ELEM[v.dtype], list(v.shape)) for n, v in feeds.items()]
+    ov = [helper.make_tensor_value_info(n, e, None) for n, e in outs.items()]
+    model = helper.make_model(helper.make_graph([node], "g", vi, ov), opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _both(
+    op_type: str,
+    feeds: dict[str, np.ndarray],
+    opset: int = 19,
+    outs: dict[str, int] | None = None,
+    **attrs: Any,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    outs = outs or {"Y": ELEM[next(iter(feeds.values())).dtype]}
+    data = _model(op_type, feeds, outs, opset, **attrs)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = onnxpy.InferenceSession(data).run(None, feeds)
+    return got, want
+
+
+def _ours(op_type: str, feeds: dict[str, np.ndarray], opset: int = 19, **attrs: Any) -> np.ndarray:
+    data = _model(op_type, feeds, {"Y": ELEM[next(iter(feeds.values())).dtype]}, opset, **attrs)
+    return onnxpy.InferenceSession(data).run(None, feeds)[0]
+
+
+def _same(got: list[np.ndarray], want: list[np.ndarray], tol: float = 1e-5) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape, (g.shape, w.shape)
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        if g.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+POOL_CASES = [
+    # name, x shape, attrs
+    ("ceil_pads", (2, 3, 7, 8), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=1)),
+    ("ceil_asym", (1, 2, 6, 9), dict(kernel_shape=[2, 4], strides=[3, 2], pads=[0, 2, 1, 0], ceil_mode=1)),
+    ("dilated", (1, 2, 9, 10), dict(kernel_shape=[3, 2], strides=[1, 2], dilations=[2, 3], pads=[2, 1, 2, 1])),
+    ("dilated_ceil", (1, 2, 8, 8), dict(kernel_shape=[2, 2], strides=[2, 3], dilations=[2, 2], ceil_mode=1)),
+    ("same_upper", (1, 2, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("same_lower", (1, 2, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_LOWER")),
+    ("valid", (1, 2, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="VALID")),
+    ("1d", (2, 3, 11), dict(kernel_shape=[3], strides=[2], pads=[1, 2], ceil_mode=1)),
+    ("3d", (1, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[0, 1, 1, 1, 0, 0])),
+]
+
+
+@pytest.mark.parametrize("name,shape,attrs", POOL_CASES, ids=[c[0] for c in POOL_CASES])
+def test_max_pool(name: str, shape: tuple[int, ...], attrs: dict[str, Any]) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape).astype(np.float32)
+    got, want = _both("MaxPool", {"X": x}, opset=12, **attrs)
+    _same(got, want)
+
+
+# onnxruntime defines column-major Indices (storage_order=1) for 2-D pooling only.
+INDEX_CASES = [(*c, so) for c in POOL_CASES for so in (0, 1) if so == 0 or len(c[1]) == 4]
+
+
+@pytest.mark.parametrize("name,shape,attrs,storage_order", INDEX_CASES, ids=[f"{c[0]}-so{c[3]}" for c in INDEX_CASES])
+def test_max_pool_indices(name: str, shape: tuple[int, ...], attrs: dict[str, Any], storage_order: int) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape).astype(np.float32)
+    outs = {"Y": TensorProto.FLOAT, "Indices": TensorProto.INT64}
+    got, want = _both("MaxPool", {"X": x}, opset=12, outs=outs, storage_order=storage_order, **attrs)
+    _same(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.float16, np.float64])
+def test_max_pool_dtypes(dtype: Any) -> None:
+    rng = np.random.default_rng(3)
+    info = np.iinfo(dtype) if np.dtype(dtype).kind in "iu" else None
+    if info is not None:
+        # extreme values included: padding must never win, even against the type's minimum
+        x = rng.integers(info.min, info.max, size=(1, 2, 6, 7), endpoint=True).astype(dtype)
+        x[0, 0, 0, :] = info.min
+    else:
+        x = rng.standard_normal((1, 2, 6, 7)).astype(dtype)
+    attrs = dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 0], ceil_mode=1)
+    got, want = _both("MaxPool", {"X": x}, opset=12, **attrs)
+    _same(got, want)
+
+
+def test_max_pool_indices_ignore_padding_at_type_minimum() -> None:
+    x = np.full((1, 1, 3, 3), np.iinfo(np.int8).min, dtype=np.int8)
+    outs = {"Y": TensorProto.INT8, "Indices": TensorProto.INT64}
+    data = _model("MaxPool", {"X": x}, outs, 12, kernel_shape=[2, 2], pads=[1, 1, 1, 1])
+    y, idx = onnxpy.InferenceSession(data).run(None, {"X": x})
+    assert y.shape == (1, 1, 4, 4)
+    assert np.all(y == np.iinfo(np.int8).min)
+    assert idx.min() >= 0 and idx.max() < 9  # every index names a real input element
+
+
+def test_max_pool_opset8_storage_order() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 2, 5, 4)).astype(np.float32)
+    outs = {"Y": TensorProto.FLOAT, "Indices": TensorProto.INT64}
+    got, want = _both("MaxPool", {"X": x}, opset=8, outs=outs, kernel_shape=[2, 2], storage_order=1, strides=[1, 2])
+    _same(got, want)
+
+
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize("name,shape,attrs", POOL_CASES, ids=[c[0] for c in POOL_CASES])
+def test_average_pool(name: str, shape: tuple[int, ...], attrs: dict[str, Any], count_include_pad: int) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape).astype(np.float32)
+    got, want = _both("AveragePool", {"X": x}, opset=19, count_include_pad=count_include_pad, **attrs)
+    _same(got, want)
+
+
+def test_average_pool_opset7_and_10() -> None:
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 3, 7, 7)).astype(np.float32)
+    got, want = _both("AveragePool", {"X": x}, opset=7, kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)
+    _same(got, want)
+    got, want = _both("AveragePool", {"X": x}, opset=10, kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    _same(got, want)
+
+
+def test_average_pool_float16() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 2, 9, 9)).astype(np.float16)
+    got = _ours("AveragePool", {"X": x}, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    want = _ours("AveragePool", {"X": x.astype(np.float32)}, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("name", ["ceil_pads", "dilated", "same_upper", "1d", "3d"])
+def test_lp_pool(p: int, name: str) -> None:
+    _, shape, attrs = next(c for c in POOL_CASES if c[0] == name)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(shape).astype(np.float32)
+    got, want = _both("LpPool", {"X": x}, opset=18, p=p, **attrs)
+    _same(got, want, 1e-4)
+
+
+def test_lp_pool_opset11() -> None:
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    got, want = _both("LpPool", {"X": x}, opset=11, p=3, kernel_shape=[2, 3], strides=[2, 1], pads=[1, 0, 0, 1])
+    _same(got, want, 1e-4)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 2, 7), (1, 2, 3, 2, 4)])
+def test_global_lp_pool(p: int, shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal(shape).astype(np.float32)
+    got, want = _both("GlobalLpPool", {"X": x}, opset=2, p=p)
+    _same(got, want, 1e-4)
+
+
+@pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 2, 7), (1, 2, 3, 2, 4), (1, 3, 1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_global_pools(op_type: str, shape: tuple[int, ...], dtype: Any) -> None:
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape).astype(dtype)
+    if dtype == np.float64:  # onnxruntime has no double kernels for these: numpy oracle
+        axes = tuple(range(2, len(shape)))
+        want = [x.mean(axis=axes, keepdims=True) if op_type == "GlobalAveragePool" else x.max(axis=axes, keepdims=True)]
+        got = [_ours(op_type, {"X": x}, opset=17)]
+    else:
+        got, want = _both(op_type, {"X": x}, opset=17)
+    _same(got, want, 2e-3 if dtype == np.float16 else 1e-5)
+
+
+# -- MaxUnpool -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape,attrs",
+    [
+        ((1, 2, 4, 4), dict(kernel_shape=[2, 2], strides=[2, 2])),
+        ((2, 3, 6, 5), dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1])),
+        ((1, 1, 9), dict(kernel_shape=[3], strides=[3])),
+    ],
+)
+def test_max_unpool_round_trip(shape: tuple[int, ...], attrs: dict[str, Any]) -> None:
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(shape).astype(np.float32)
+    outs = {"Y": TensorProto.FLOAT, "Indices": TensorProto.INT64}
+    pooled, idx = onnxpy.InferenceSession(_model("MaxPool", {"X": x}, outs, 12, **attrs)).run(None, {"X": x})
+    feeds = {"X": pooled, "I": idx}
+    nd = len(shape) - 2
+    p = attrs.get("pads", [0] * 2 * nd)
+    default = [
+        (pooled.shape[2 + i] - 1) * attrs["strides"][i] + attrs["kernel_shape"][i] - p[i] - p[nd + i] for i in range(nd)
+    ]
+    if default == list(shape[2:]):
+        got, want = _both("MaxUnpool", feeds, opset=11, **attrs)
+        _same(got, want)
+    # with output_shape equal to the pooled input's shape every index lands where it came from
+    feeds["output_shape"] = np.array(shape, dtype=np.int64)
+    got, want = _both("MaxUnpool", feeds, opset=11, **attrs)
+    _same(got, want)
+    assert got[0].shape == shape
+    np.testing.assert_array_equal(got[0].reshape(-1)[idx.reshape(-1)], pooled.reshape(-1))
+
+
+def test_max_unpool_bad_index_raises() -> None:
+    x = np.ones((1, 1, 2, 2), np.float32)
+    idx = np.array([[[[0, 1], [2, 99]]]], np.int64)
+    data = _model("MaxUnpool", {"X": x, "I": idx}, {"Y": TensorProto.FLOAT}, 11, kernel_shape=[2, 2], strides=[2, 2])
+    with pytest.raises(Exception, match="indices"):
+        onnxpy.InferenceSession(data).run(None, {"X": x, "I": idx})
+
+
+# -- MaxRoiPool ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spatial_scale", [1.0, 0.5])
+def test_max_roi_pool(spatial_scale: float) -> None:
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 3, 10, 12)).astype(np.float32)
+    rois = np.array(
+        [[0, 1, 1, 6, 5], [1, 0, 0, 11, 9], [0, 3.4, 2.6, 4.2, 3.1], [1, 8, 7, 20, 15], [0, 5, 5, 5, 5]],
+        dtype=np.float32,
+    )
+    got, want = _both("MaxRoiPool", {"X": x, "rois": rois}, opset=17, pooled_shape=[3, 4], spatial_scale=spatial_scale)
+    _same(got, want)
