@@ -176,6 +176,7 @@ class InferenceSession:
         self._input_specs = {a.name: _InputSpec(a, types[a.name]) for a in self._inputs + self._overridable}
         self._required = [a.name for a in self._inputs]
         self._output_names = [a.name for a in self._outputs]
+        self._output_tuple = tuple(self._output_names)
 
     def _set_providers(
         self, providers: Sequence[Any] | None, provider_options: Sequence[dict[str, Any]] | None
@@ -370,9 +371,11 @@ class InferenceSession:
 
     def _resolve_outputs(self, output_names: Sequence[str] | None) -> tuple[tuple[str, ...], CompiledGraph, Any]:
         """Which compiled graph and plan serve these output names (cached per name tuple)."""
-        names = tuple(output_names) if output_names else tuple(self._output_names)
         compiled = self._compiled
-        if names == tuple(compiled.graph.outputs):
+        if not output_names:
+            return self._output_tuple, compiled, compiled.plan
+        names = tuple(output_names)
+        if names == self._output_tuple:
             return names, compiled, compiled.plan
         key = names
         with self._lock:
@@ -442,8 +445,11 @@ class InferenceSession:
         arr = self._provider.to_host(value)
         if not isinstance(arr, np.ndarray):
             return np.asarray(arr)
+        flags = arr.flags
+        if flags.owndata and flags.writeable:
+            return arr  # a fresh buffer: nobody else holds it
         # Never hand out a constant (read-only) or a view of the caller's own input.
-        if not arr.flags.writeable or any(
+        if not flags.writeable or any(
             isinstance(f, np.ndarray) and np.may_share_memory(arr, f) for f in feeds.values()
         ):
             return arr.copy()

@@ -33,8 +33,17 @@ def execute(
     for i, v in feeds.items():
         values[i] = v
     if terminate is None and observer is None:
+        # The hot loop: the common case of a single-output step is inlined.
         for step in plan.steps:
-            _run_step(step, values)
+            if step.single_output:
+                args = [values[i] for i in step.inputs]
+                try:
+                    result = step.fn(*args)
+                except Exception as e:  # noqa: BLE001 - reported naming the node
+                    _raise_for(step, args, e)
+                values[step.outputs[0]] = result[0] if result.__class__ is tuple else result
+            else:
+                _run_step(step, values)
             for i in step.release:
                 values[i] = None
     else:
@@ -51,19 +60,24 @@ def execute(
     return [values[i] for i in ids]
 
 
+def _raise_for(step: Step, args: list[Any], e: Exception) -> None:
+    """Re-raise a kernel's exception as an onnxpy error naming the node and its input shapes."""
+    if isinstance(e, OnnxpyError):
+        if step.describe in str(e):
+            raise e
+        raise type(e)(f"{step.describe}: {e}") from e
+    raise RuntimeException(
+        f"Non-zero status code returned while running {step.op_type} node. Name:'{step.node_name}' "
+        f"Status Message: {step.describe} failed: {type(e).__name__}: {e} (input shapes: {_shapes(args)})"
+    ) from e
+
+
 def _run_step(step: Step, values: list[Any]) -> None:
     args = [values[i] for i in step.inputs]
     try:
         result = step.fn(*args)
-    except OnnxpyError as e:
-        if step.describe in str(e):
-            raise
-        raise type(e)(f"{step.describe}: {e}") from e
     except Exception as e:  # noqa: BLE001 - a kernel failure is reported naming the node
-        raise RuntimeException(
-            f"Non-zero status code returned while running {step.op_type} node. Name:'{step.node_name}' "
-            f"Status Message: {step.describe} failed: {type(e).__name__}: {e} (input shapes: {_shapes(args)})"
-        ) from e
+        _raise_for(step, args, e)
     # Kernels of ops with optional outputs return a tuple; a tuple is never a value itself.
     if step.single_output:
         values[step.outputs[0]] = result[0] if result.__class__ is tuple else result

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,10 +51,11 @@ class SessionFacts:
 
         return make_observer(profiler, self.debug_level, self.check_nan_inf)
 
-    @contextlib.contextmanager
-    def thread_limit(self) -> Iterator[None]:
+    def thread_limit(self) -> contextlib.AbstractContextManager[None]:
+        """Caps the BLAS pool for a run when intra_op_num_threads is set (free otherwise)."""
         if self.intra_op_threads > 0:
-            with blas_threads(self.intra_op_threads):
-                yield
-        else:
-            yield
+            return blas_threads(self.intra_op_threads)
+        return _NO_LIMIT
+
+
+_NO_LIMIT = contextlib.nullcontext()
