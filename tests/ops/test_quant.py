@@ -319,3 +319,19 @@ def test_qlinear_conv(dt: Any, per_channel: bool, bias: bool) -> None:
     if bias:
         inputs["b"] = RNG.integers(-500, 500, size=3).astype(np.int32)
     vs_ort("QLinearConv", inputs, {"y": dtypes.elem_type(dt)}, opset=10, pads=[1, 1, 1, 1])
+
+
+def test_qlinear_matmul_per_column_b() -> None:
+    a = RNG.integers(0, 255, size=(4, 3)).astype(np.uint8)
+    b = RNG.integers(0, 255, size=(3, 5)).astype(np.uint8)
+    inputs = {
+        "a": a,
+        "as": np.array(0.02, np.float32),
+        "az": np.array(3, np.uint8),
+        "b": b,
+        "bs": (RNG.random(5) * 0.05 + 0.001).astype(np.float32),
+        "bz": RNG.integers(0, 9, 5).astype(np.uint8),
+        "ys": np.array(0.7, np.float32),
+        "yz": np.array(10, np.uint8),
+    }
+    vs_ort("QLinearMatMul", inputs, {"y": TensorProto.UINT8}, opset=10)
