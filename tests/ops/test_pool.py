@@ -71,6 +71,7 @@ POOL_CASES = [
     ("same_upper", (1, 2, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_UPPER")),
     ("same_lower", (1, 2, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_LOWER")),
     ("valid", (1, 2, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="VALID")),
+    ("valid_ceil", (1, 2, 7, 5), dict(kernel_shape=[2, 2], strides=[2, 3], auto_pad="VALID", ceil_mode=1)),
     ("1d", (2, 3, 11), dict(kernel_shape=[3], strides=[2], pads=[1, 2], ceil_mode=1)),
     ("3d", (1, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[0, 1, 1, 1, 0, 0])),
 ]
