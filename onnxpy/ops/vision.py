@@ -31,10 +31,11 @@ def _host_floats(x: Any) -> list[float] | None:
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The float type interpolation runs in: float64 where float32 would lose input precision."""
+    """The float type interpolation runs in: float32 but for double (and complex) inputs, as
+    onnxruntime does, so integer results truncate the same way."""
     if dtype.kind == "c":
         return dtype
-    if dtype == np.float64 or (dtype.kind in "iu" and dtype.itemsize >= 4):
+    if dtype == np.float64:
         return np.dtype(np.float64)
     return np.dtype(np.float32)
 
@@ -838,7 +839,9 @@ def _affine_base(n: int, align_corners: int) -> np.ndarray:
     """Evenly spaced normalized positions in [-1, 1] for ``n`` pixels."""
     i = np.arange(n, dtype=np.float64)
     if align_corners:
-        return -1.0 + 2.0 * i / (n - 1) if n > 1 else np.zeros(n)
+        # A single pixel sits at +1, as onnxruntime places it (the spec's function body divides
+        # by zero there).
+        return -1.0 + 2.0 * i / (n - 1) if n > 1 else np.ones(n)
     return (2.0 * i + 1.0) / n - 1.0
 
 
