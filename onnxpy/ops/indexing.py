@@ -131,7 +131,7 @@ def gather_nd(xp: Any, data: Any, indices: Any, *, batch_dims: int = 0) -> Any:
     cols = _nd_columns(xp, idx, tuple(data.shape[b : b + k]), "GatherND", b)
     batch = xp.arange(nb, dtype=np.int64).reshape(nb, 1)
     if k == 0:
-        got = xp.broadcast_to(d[:, None], (nb, nm) + tuple(data.shape[b:]))
+        got = xp.broadcast_to(d[:, None], (nb, nm) + tuple(data.shape[b:])).copy()  # not a read-only view
     else:
         got = d[(batch, *cols)]
     return got.reshape(batch_shape + mid_shape + rest)

@@ -343,3 +343,8 @@ def test_reverse_sequence(batch_axis: int, time_axis: int) -> None:
 def test_reverse_sequence_too_long_raises() -> None:
     msg = run_error("ReverseSequence", {"x": _f(3, 2), "l": np.array([4, 1], np.int64)}, {"y": F}, opset=10)
     assert "IndexError" in msg and "size 3" in msg
+
+
+def test_gather_nd_empty_index_tuple_takes_whole_slices() -> None:
+    x = _f(2, 3, 4)
+    vs_ort("GatherND", {"x": x, "i": np.zeros((2, 5, 0), np.int64)}, {"y": F}, batch_dims=1, opset=13)

@@ -542,3 +542,17 @@ def test_pad_strings_default_empty() -> None:
     x = np.array(["a", "b"], dtype=object)
     got = onnxpy_only("Pad", {"x": x, "p": np.array([1, 1], np.int64)}, {"y": STR}, opset=13)[0]
     assert got.tolist() == ["", "a", "b", ""]
+
+
+def test_split_num_outputs_must_match_outputs() -> None:
+    msg = run_error("Split", {"x": X34}, {"a": F, "b": F}, axis=1, num_outputs=3, opset=18)
+    assert "3" in msg and "2 outputs" in msg
+
+
+def test_cast_nan_to_int_is_quiet() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = onnxpy_only("Cast", {"x": np.array([np.nan, 1e20, 2.0], np.float32)}, {"y": I32}, to=I32)[0]
+    assert got.dtype == np.int32 and got[2] == 2
