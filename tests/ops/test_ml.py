@@ -51,7 +51,9 @@ def assert_same(got: Any, want: Any, rtol: float = 1e-5, atol: float = 1e-6) -> 
             assert_same(g, w, rtol, atol)
         return
     if isinstance(want, dict):
-        assert isinstance(got, dict) and list(got) == list(want)
+        # A map value must reach the caller as a dict (as onnxruntime returns it).
+        assert isinstance(got, dict), f"expected a dict, got {type(got).__name__}: {got!r}"
+        assert list(got) == list(want)
         np.testing.assert_allclose(list(got.values()), list(want.values()), rtol=rtol, atol=atol)
         return
     got = np.asarray(got)
