@@ -498,7 +498,8 @@ def _nll(xp: Any, logp: Any, target: Any, weight: Any, ignore_index: int | None,
     elif reduction == "sum":
         out = loss.sum()
     else:
-        out = loss.sum() / w.sum()
+        with np.errstate(invalid="ignore", divide="ignore"):  # every target ignored: NaN, as in onnxruntime
+            out = loss.sum() / w.sum()
     return xp.asarray(out).astype(logp.dtype, copy=False)
 
 
