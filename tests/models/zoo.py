@@ -1,0 +1,926 @@
+"""Small re-creations of what exporters emit for common vision and transformer models.
+
+Each builder writes, node by node with ``onnx.helper``, the graph that torch.onnx (TorchScript
+exporter, opset 13-17, node names like ``/encoder/layer.0/attention/MatMul``), the torch dynamo
+exporter (opset 18, model-local functions) or HF optimum produces for one architecture: the same
+op patterns (dynamic Shape/Gather/Concat/Reshape arithmetic, decomposed LayerNorm and GELU,
+additive attention masks, BN kept or folded into Conv...), at small sizes with random weights
+from a fixed seed, a dynamic batch axis and, for text models, a dynamic sequence axis.
+
+``ZOO`` maps a model name to a ``ZooModel``: ``build()`` returns the ModelProto and
+``feeds(batch, seq, rng)`` a matching input dict. Nothing is downloaded; no torch needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+FLOAT_MIN = float(np.finfo(np.float32).min)
+TORCH_PRODUCER = ("pytorch", "2.1.0")
+
+
+class Builder:
+    """Accumulates nodes and initializers with torch.onnx's naming: a node is named after its
+    module scope (``/layer1/layer1.0/conv1/Conv``), its outputs ``<node>_output_<i>``, and a
+    parameter after its module path (``layer1.0.conv1.weight``)."""
+
+    def __init__(self, seed: int, opset: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.opset = opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.segments: list[str] = []  # scope segments in node names
+        self.path: list[str] = []  # module path in parameter names
+        self._used: dict[str, int] = {}
+        self._n_matmul = 0
+
+    # -- naming ---------------------------------------------------------------------------
+    @contextmanager
+    def module(self, name: str) -> Iterator[None]:
+        # torch names a Sequential/ModuleList child "<parent>.<index>" in the node scope.
+        segment = f"{self.path[-1]}.{name}" if name.isdigit() and self.path else name
+        self.segments.append(segment)
+        self.path.append(name)
+        try:
+            yield
+        finally:
+            self.segments.pop()
+            self.path.pop()
+
+    def pname(self, leaf: str) -> str:
+        return ".".join([*self.path, leaf])
+
+    def _node_name(self, op_type: str) -> str:
+        base = "/" + "/".join([*self.segments, op_type])
+        n = self._used.get(base, 0)
+        self._used[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"
+
+    # -- nodes ----------------------------------------------------------------------------
+    def op(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        n_out: int = 1,
+        *,
+        out: Sequence[str] | None = None,
+        domain: str = "",
+        **attrs: Any,
+    ) -> Any:
+        name = self._node_name(op_type)
+        outs = list(out) if out is not None else [f"{name}_output_{i}" for i in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=name, domain=domain or None, **attrs))
+        return outs[0] if len(outs) == 1 else outs
+
+    def constant(self, value: Any, dtype: Any = np.float32) -> str:
+        """A Constant node, as the TorchScript exporter emits for literals and shape pieces."""
+        return self.op("Constant", [], value=numpy_helper.from_array(np.asarray(value, dtype=dtype)))
+
+    def init(self, name: str, arr: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def param(self, leaf: str, shape: Sequence[int], fan_in: int | None = None, std: float | None = None) -> str:
+        """A random float weight scaled by 1/sqrt(fan_in) so deep stacks keep activations near one."""
+        if std is None:
+            fan = fan_in if fan_in is not None else int(np.prod(shape[1:])) if len(shape) > 1 else 1
+            std = 1.0 / math.sqrt(max(fan, 1))
+        return self.init(self.pname(leaf), self._randn(shape, std))
+
+    def _randn(self, shape: Sequence[int], std: float) -> np.ndarray:
+        return (self.rng.standard_normal(shape) * std).astype(np.float32)
+
+    def bias(self, leaf: str, n: int) -> str:
+        return self.init(self.pname(leaf), (self.rng.standard_normal(n) * 0.1).astype(np.float32))
+
+    # -- opset-aware forms of ops whose signature changed ----------------------------------
+    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
+        if self.opset >= 13:
+            return self.op("Unsqueeze", [x, self.constant(list(axes), np.int64)])
+        return self.op("Unsqueeze", [x], axes=list(axes))
+
+    def squeeze(self, x: str, axes: Sequence[int]) -> str:
+        if self.opset >= 13:
+            return self.op("Squeeze", [x, self.constant(list(axes), np.int64)])
+        return self.op("Squeeze", [x], axes=list(axes))
+
+    def reduce_mean(self, x: str, axes: Sequence[int], keepdims: int = 1) -> str:
+        if self.opset >= 18:
+            return self.op("ReduceMean", [x, self.constant(list(axes), np.int64)], keepdims=keepdims)
+        return self.op("ReduceMean", [x], axes=list(axes), keepdims=keepdims)
+
+    def split(self, x: str, sizes: Sequence[int], axis: int) -> list[str]:
+        if self.opset >= 13:
+            return self.op("Split", [x, self.constant(list(sizes), np.int64)], len(sizes), axis=axis)
+        return self.op("Split", [x], len(sizes), axis=axis, split=list(sizes))
+
+    # -- dynamic shape arithmetic, as traced sizes come out of torch.onnx ------------------
+    def dim(self, x: str, i: int) -> str:
+        """x.size(i): a 0-d int64."""
+        return self.op("Gather", [self.op("Shape", [x]), self.constant(i, np.int64)], axis=0)
+
+    def shape_vec(self, parts: Sequence[str | int]) -> str:
+        """Concat of traced sizes (0-d tensors, unsqueezed) and literal ints into a 1-D shape."""
+        pieces = [self.unsqueeze(p, [0]) if isinstance(p, str) else self.constant([p], np.int64) for p in parts]
+        return self.op("Concat", pieces, axis=0)
+
+    # -- common layers -----------------------------------------------------------------------
+    def linear(self, x: str, cin: int, cout: int, name: str, bias: bool = True) -> str:
+        """nn.Linear on a 3-D input: MatMul with the transposed weight folded into an initializer, then Add."""
+        with self.module(name):
+            # The transposed weight is constant-folded into an anonymous initializer.
+            self._n_matmul += 1
+            w = self.init(f"onnx::MatMul_{self._n_matmul}", self._randn((cin, cout), 1.0 / math.sqrt(cin)))
+            y = self.op("MatMul", [x, w])
+            if bias:
+                y = self.op("Add", [self.bias("bias", cout), y])
+        return y
+
+    def gemm(self, x: str, cin: int, cout: int, name: str) -> str:
+        """nn.Linear on a 2-D input: Gemm with transB=1."""
+        with self.module(name):
+            w = self.param("weight", (cout, cin))
+            return self.op("Gemm", [x, w, self.bias("bias", cout)], alpha=1.0, beta=1.0, transB=1)
+
+    def conv(
+        self, x: str, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, bias: bool = False, *, name: str
+    ) -> str:
+        pad = (k - 1) // 2
+        with self.module(name):
+            ins = [x, self.param("weight", (cout, cin // groups, k, k))]
+            if bias:
+                ins.append(self.bias("bias", cout))
+            return self.op(
+                "Conv", ins, dilations=[1, 1], group=groups, kernel_shape=[k, k], pads=[pad] * 4, strides=[stride] * 2
+            )
+
+    def batchnorm(self, x: str, c: int, name: str, eps: float = 1e-5, momentum: float = 0.1) -> str:
+        with self.module(name):
+            ins = [
+                x,
+                self.init(self.pname("weight"), self.rng.uniform(0.5, 1.5, c).astype(np.float32)),
+                self.init(self.pname("bias"), (self.rng.standard_normal(c) * 0.1).astype(np.float32)),
+                self.init(self.pname("running_mean"), (self.rng.standard_normal(c) * 0.1).astype(np.float32)),
+                self.init(self.pname("running_var"), self.rng.uniform(0.5, 1.5, c).astype(np.float32)),
+            ]
+            attrs: dict[str, Any] = {"epsilon": eps, "momentum": 1.0 - momentum}
+            if self.opset >= 15:
+                attrs["training_mode"] = 0
+            return self.op("BatchNormalization", ins, **attrs)
+
+    def layer_norm(self, x: str, dim: int, name: str, eps: float, decomposed: bool) -> str:
+        with self.module(name):
+            gamma = self.init(self.pname("weight"), self.rng.uniform(0.8, 1.2, dim).astype(np.float32))
+            beta = self.init(self.pname("bias"), (self.rng.standard_normal(dim) * 0.1).astype(np.float32))
+            if not decomposed:
+                return self.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=eps)
+            # What opset < 17 exports of nn.LayerNorm look like.
+            mean = self.reduce_mean(x, [-1])
+            d = self.op("Sub", [x, mean])
+            var = self.reduce_mean(self.op("Pow", [d, self.constant(2.0)]), [-1])
+            std = self.op("Sqrt", [self.op("Add", [var, self.constant(eps)])])
+            y = self.op("Div", [d, std])
+            return self.op("Add", [self.op("Mul", [y, gamma]), beta])
+
+    def gelu_erf(self, x: str) -> str:
+        """nn.GELU(): x * 0.5 * (1 + erf(x / sqrt(2)))."""
+        e = self.op("Erf", [self.op("Div", [x, self.constant(1.4142135381698608)])])
+        return self.op("Mul", [self.op("Mul", [x, self.op("Add", [e, self.constant(1.0)])]), self.constant(0.5)])
+
+    def gelu_tanh(self, x: str) -> str:
+        """HF gelu_new: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))."""
+        half_x = self.op("Mul", [self.constant(0.5), x])
+        cube = self.op("Mul", [self.constant(0.044715), self.op("Pow", [x, self.constant(3.0)])])
+        inner = self.op("Mul", [self.constant(math.sqrt(2.0 / math.pi)), self.op("Add", [x, cube])])
+        return self.op("Mul", [half_x, self.op("Add", [self.constant(1.0), self.op("Tanh", [inner])])])
+
+    def silu(self, x: str) -> str:
+        return self.op("Mul", [x, self.op("Sigmoid", [x])])
+
+    def hardswish(self, x: str) -> str:
+        if self.opset >= 14:
+            return self.op("HardSwish", [x])
+        # Before opset 14 torch exports hardswish as x * hardsigmoid(x).
+        return self.op("Mul", [x, self.op("HardSigmoid", [x], alpha=1.0 / 6, beta=0.5)])
+
+    # -- model ----------------------------------------------------------------------------
+    def model(
+        self,
+        name: str,
+        inputs: Sequence[onnx.ValueInfoProto],
+        outputs: Sequence[onnx.ValueInfoProto],
+        ir_version: int = 8,
+        producer: tuple[str, str] = TORCH_PRODUCER,
+        functions: Sequence[onnx.FunctionProto] = (),
+        extra_opsets: dict[str, int] | None = None,
+        value_info: bool = False,
+    ) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, list(inputs), list(outputs), initializer=self.inits)
+        opsets = [helper.make_opsetid("", self.opset)]
+        opsets += [helper.make_opsetid(d, v) for d, v in (extra_opsets or {}).items()]
+        model = helper.make_model(graph, opset_imports=opsets, functions=list(functions))
+        model.ir_version = ir_version
+        model.producer_name, model.producer_version = producer
+        if value_info:
+            # The TorchScript exporter writes a value_info (with symbolic dims) for every value.
+            model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        return model
+
+
+def _vi(name: str, elem: int, shape: Sequence[Any]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, list(shape))
+
+
+# =========================================================================================
+# torchvision ResNet (BasicBlock / Bottleneck), BatchNormalization kept
+# =========================================================================================
+def _basic_block(b: Builder, x: str, cin: int, planes: int, stride: int, idx: int) -> str:
+    with b.module(str(idx)):
+        y = b.op("Relu", [b.batchnorm(b.conv(x, cin, planes, 3, stride, name="conv1"), planes, "bn1")])
+        y = b.batchnorm(b.conv(y, planes, planes, 3, 1, name="conv2"), planes, "bn2")
+        if stride != 1 or cin != planes:
+            with b.module("downsample"):
+                x = b.batchnorm(b.conv(x, cin, planes, 1, stride, name="0"), planes, "1")
+        return b.op("Relu", [b.op("Add", [y, x])])
+
+
+def _bottleneck(b: Builder, x: str, cin: int, planes: int, stride: int, idx: int) -> str:
+    out = planes * 4
+    with b.module(str(idx)):
+        y = b.op("Relu", [b.batchnorm(b.conv(x, cin, planes, 1, name="conv1"), planes, "bn1")])
+        y = b.op("Relu", [b.batchnorm(b.conv(y, planes, planes, 3, stride, name="conv2"), planes, "bn2")])
+        y = b.batchnorm(b.conv(y, planes, out, 1, name="conv3"), out, "bn3")
+        if stride != 1 or cin != out:
+            with b.module("downsample"):
+                x = b.batchnorm(b.conv(x, cin, out, 1, stride, name="0"), out, "1")
+        return b.op("Relu", [b.op("Add", [y, x])])
+
+
+def resnet(bottleneck: bool, opset: int, seed: int = 0, blocks: Sequence[int] = (2, 1, 1, 1)) -> onnx.ModelProto:
+    b = Builder(seed, opset)
+    widths = (8, 16, 32, 64)
+    x = b.batchnorm(b.conv("input", 3, widths[0], 7, 2, name="conv1"), widths[0], "bn1")
+    x = b.op("Relu", [x])
+    with b.module("maxpool"):
+        x = b.op("MaxPool", [x], ceil_mode=0, dilations=[1, 1], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
+    block, expansion = (_bottleneck, 4) if bottleneck else (_basic_block, 1)
+    cin = widths[0]
+    for li, (planes, n) in enumerate(zip(widths, blocks)):
+        with b.module(f"layer{li + 1}"):
+            for i in range(n):
+                x = block(b, x, cin, planes, 2 if (i == 0 and li > 0) else 1, i)
+                cin = planes * expansion
+    with b.module("avgpool"):
+        x = b.op("GlobalAveragePool", [x])
+    x = b.op("Flatten", [x], axis=1)
+    with b.module("fc"):
+        w = b.param("weight", (10, cin))
+        b.op("Gemm", [x, w, b.bias("bias", 10)], out=["output"], alpha=1.0, beta=1.0, transB=1)
+    return b.model(
+        "resnet50" if bottleneck else "resnet18",
+        [_vi("input", TensorProto.FLOAT, ["batch_size", 3, 64, 64])],
+        [_vi("output", TensorProto.FLOAT, ["batch_size", 10])],
+    )
+
+
+# =========================================================================================
+# torchvision MobileNetV3 (small-like), BN folded into Conv as the default export does
+# =========================================================================================
+def _make_divisible(v: float, divisor: int = 8) -> int:
+    new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new_v + divisor if new_v < 0.9 * v else new_v
+
+
+def _mnv3_act(b: Builder, x: str, act: str) -> str:
+    return b.hardswish(x) if act == "HS" else b.op("Relu", [x])
+
+
+def _mnv3_block(
+    b: Builder, x: str, idx: int, cin: int, k: int, exp: int, cout: int, se: bool, act: str, stride: int
+) -> str:
+    with b.module("features"), b.module(str(idx)), b.module("block"):
+        y, part = x, 0
+        if exp != cin:
+            with b.module(str(part)):
+                y = _mnv3_act(b, b.conv(y, cin, exp, 1, bias=True, name="0"), act)
+            part += 1
+        with b.module(str(part)):
+            y = _mnv3_act(b, b.conv(y, exp, exp, k, stride, groups=exp, bias=True, name="0"), act)
+        part += 1
+        if se:
+            sq = _make_divisible(exp // 4, 8)
+            with b.module(str(part)):
+                s = b.op("GlobalAveragePool", [y])
+                s = b.op("Relu", [b.conv(s, exp, sq, 1, bias=True, name="fc1")])
+                s = b.conv(s, sq, exp, 1, bias=True, name="fc2")
+                s = b.op("HardSigmoid", [s], alpha=1.0 / 6, beta=0.5)
+                y = b.op("Mul", [s, y])
+            part += 1
+        with b.module(str(part)):
+            y = b.conv(y, exp, cout, 1, bias=True, name="0")
+    if stride == 1 and cin == cout:
+        y = b.op("Add", [y, x])
+    return y
+
+
+def mobilenet_v3(opset: int, seed: int = 0) -> onnx.ModelProto:
+    b = Builder(seed, opset)
+    with b.module("features"), b.module("0"):
+        x = b.hardswish(b.conv("input", 3, 16, 3, 2, bias=True, name="0"))
+    config = [  # cin, kernel, expanded, cout, SE, activation, stride
+        (16, 3, 16, 16, True, "RE", 2),
+        (16, 3, 48, 24, False, "RE", 2),
+        (24, 3, 56, 24, False, "RE", 1),
+        (24, 5, 64, 32, True, "HS", 2),
+        (32, 5, 96, 32, True, "HS", 1),
+    ]
+    for i, cfg in enumerate(config):
+        x = _mnv3_block(b, x, i + 1, *cfg)
+    with b.module("features"), b.module(str(len(config) + 1)):
+        x = b.hardswish(b.conv(x, 32, 192, 1, bias=True, name="0"))
+    with b.module("avgpool"):
+        x = b.op("GlobalAveragePool", [x])
+    x = b.op("Flatten", [x], axis=1)
+    with b.module("classifier"):
+        x = b.hardswish(b.gemm(x, 192, 128, "0"))
+        with b.module("3"):
+            w = b.param("weight", (10, 128))
+            b.op("Gemm", [x, w, b.bias("bias", 10)], out=["output"], alpha=1.0, beta=1.0, transB=1)
+    return b.model(
+        f"mobilenet_v3_small_opset{opset}",
+        [_vi("input", TensorProto.FLOAT, ["batch_size", 3, 64, 64])],
+        [_vi("output", TensorProto.FLOAT, ["batch_size", 10])],
+    )
+
+
+# =========================================================================================
+# torchvision EfficientNet-B0-like: MBConv with SE, SiLU as Sigmoid*Mul, BN kept
+# =========================================================================================
+def efficientnet(opset: int = 18, seed: int = 0) -> onnx.ModelProto:
+    b = Builder(seed, opset)
+    with b.module("features"), b.module("0"):
+        x = b.silu(b.batchnorm(b.conv("input", 3, 16, 3, 2, name="0"), 16, "1", eps=1e-3))
+    config = [(1, 3, 1, 16, 8, 1), (6, 3, 2, 8, 16, 2), (6, 5, 2, 16, 24, 1)]  # expand, k, stride, in, out, n
+    stage = 1
+    for expand, k, stride, cin, cout, n in config:
+        for i in range(n):
+            s, ci = (stride, cin) if i == 0 else (1, cout)
+            exp = ci * expand
+            with b.module("features"), b.module(str(stage)), b.module(str(i)), b.module("block"):
+                y, part = x, 0
+                if exp != ci:
+                    with b.module(str(part)):
+                        y = b.silu(b.batchnorm(b.conv(y, ci, exp, 1, name="0"), exp, "1", eps=1e-3))
+                    part += 1
+                with b.module(str(part)):
+                    y = b.silu(b.batchnorm(b.conv(y, exp, exp, k, s, groups=exp, name="0"), exp, "1", eps=1e-3))
+                part += 1
+                with b.module(str(part)):
+                    sq = max(1, ci // 4)
+                    g = b.op("GlobalAveragePool", [y])
+                    g = b.silu(b.conv(g, exp, sq, 1, bias=True, name="fc1"))
+                    g = b.op("Sigmoid", [b.conv(g, sq, exp, 1, bias=True, name="fc2")])
+                    y = b.op("Mul", [g, y])
+                part += 1
+                with b.module(str(part)):
+                    y = b.batchnorm(b.conv(y, exp, cout, 1, name="0"), cout, "1", eps=1e-3)
+            # Stochastic depth is the identity in an inference graph: the residual is a plain Add.
+            x = b.op("Add", [y, x]) if (s == 1 and ci == cout) else y
+        stage += 1
+    with b.module("features"), b.module(str(stage)):
+        x = b.silu(b.batchnorm(b.conv(x, 24, 96, 1, name="0"), 96, "1", eps=1e-3))
+    with b.module("avgpool"):
+        x = b.op("GlobalAveragePool", [x])
+    x = b.op("Flatten", [x], axis=1)
+    with b.module("classifier"), b.module("1"):
+        w = b.param("weight", (10, 96))
+        b.op("Gemm", [x, w, b.bias("bias", 10)], out=["output"], alpha=1.0, beta=1.0, transB=1)
+    return b.model(
+        "efficientnet_b0",
+        [_vi("input", TensorProto.FLOAT, ["batch_size", 3, 64, 64])],
+        [_vi("output", TensorProto.FLOAT, ["batch_size", 10])],
+    )
+
+
+# =========================================================================================
+# HF BERT (BertModel): embeddings, post-norm encoder, pooler
+# =========================================================================================
+BERT = {"vocab": 100, "hidden": 32, "heads": 4, "layers": 2, "inter": 64, "max_pos": 64, "types": 2}
+
+
+def _heads(b: Builder, x: str, heads: int, hd: int) -> str:
+    """(b, s, h*d) -> (b, s, h, d) with traced batch/seq sizes: x.view(x.size()[:-1] + (h, d))."""
+    return b.op("Reshape", [x, b.shape_vec([b.dim(x, 0), b.dim(x, 1), heads, hd])])
+
+
+def bert(opset: int, seed: int = 0) -> onnx.ModelProto:
+    """opset 14: decomposed LayerNorm, mask * -10000 (older transformers); opset 17:
+    LayerNormalization, mask * finfo.min."""
+    cfg = BERT
+    hid, heads, hd = cfg["hidden"], cfg["heads"], cfg["hidden"] // cfg["heads"]
+    decomposed = opset < 17
+    b = Builder(seed, opset)
+    std = 0.5
+    with b.module("embeddings"):
+        with b.module("word_embeddings"):
+            words = b.op("Gather", [b.param("weight", (cfg["vocab"], hid), std=std), "input_ids"])
+        with b.module("token_type_embeddings"):
+            types = b.op("Gather", [b.param("weight", (cfg["types"], hid), std=std), "token_type_ids"])
+        # position_ids buffer sliced to the sequence length: self.position_ids[:, 0:seq]
+        pos_buf = b.init("embeddings.position_ids", np.arange(cfg["max_pos"], dtype=np.int64)[None, :])
+        seq = b.unsqueeze(b.dim("input_ids", 1), [0])
+        pos = b.op(
+            "Slice", [pos_buf, b.constant([0], np.int64), seq, b.constant([1], np.int64), b.constant([1], np.int64)]
+        )
+        with b.module("position_embeddings"):
+            pemb = b.op("Gather", [b.param("weight", (cfg["max_pos"], hid), std=std), pos])
+        x = b.op("Add", [b.op("Add", [words, types]), pemb])
+        x = b.layer_norm(x, hid, "LayerNorm", 1e-12, decomposed)
+    # get_extended_attention_mask: (1.0 - mask[:, None, None, :]) * min
+    m = b.unsqueeze(b.unsqueeze("attention_mask", [1]), [2])
+    m = b.op("Cast", [m], to=TensorProto.FLOAT)
+    m = b.op("Sub", [b.constant(1.0), m])
+    mask = b.op("Mul", [m, b.constant(-10000.0 if decomposed else FLOAT_MIN)])
+    with b.module("encoder"):
+        for li in range(cfg["layers"]):
+            with b.module("layer"), b.module(str(li)):
+                with b.module("attention"):
+                    with b.module("self"):
+                        q = _heads(b, b.linear(x, hid, hid, "query"), heads, hd)
+                        k = _heads(b, b.linear(x, hid, hid, "key"), heads, hd)
+                        v = _heads(b, b.linear(x, hid, hid, "value"), heads, hd)
+                        q = b.op("Transpose", [q], perm=[0, 2, 1, 3])
+                        k = b.op("Transpose", [k], perm=[0, 2, 3, 1])
+                        v = b.op("Transpose", [v], perm=[0, 2, 1, 3])
+                        s = b.op("Div", [b.op("MatMul", [q, k]), b.constant(math.sqrt(hd))])
+                        p = b.op("Softmax", [b.op("Add", [s, mask])], axis=-1)
+                        ctx = b.op("Transpose", [b.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
+                        ctx = b.op("Reshape", [ctx, b.shape_vec([b.dim(ctx, 0), b.dim(ctx, 1), hid])])
+                    with b.module("output"):
+                        a = b.linear(ctx, hid, hid, "dense")
+                        x = b.layer_norm(b.op("Add", [a, x]), hid, "LayerNorm", 1e-12, decomposed)
+                with b.module("intermediate"):
+                    h = b.linear(x, hid, cfg["inter"], "dense")
+                    with b.module("intermediate_act_fn"):
+                        h = b.gelu_erf(h)
+                with b.module("output"):
+                    h = b.linear(h, cfg["inter"], hid, "dense")
+                    x = b.layer_norm(b.op("Add", [h, x]), hid, "LayerNorm", 1e-12, decomposed)
+    b.op("Identity", [x], out=["last_hidden_state"])
+    with b.module("pooler"):
+        first = b.op("Gather", [x, b.constant(0, np.int64)], axis=1)  # hidden_states[:, 0]
+        with b.module("dense"):
+            w = b.param("weight", (hid, hid))
+            first = b.op("Gemm", [first, w, b.bias("bias", hid)], alpha=1.0, beta=1.0, transB=1)
+        b.op("Tanh", [first], out=["pooler_output"])
+    text = ["batch_size", "sequence_length"]
+    return b.model(
+        f"bert_opset{opset}",
+        [_vi(n, TensorProto.INT64, text) for n in ("input_ids", "attention_mask", "token_type_ids")],
+        [
+            _vi("last_hidden_state", TensorProto.FLOAT, [*text, hid]),
+            _vi("pooler_output", TensorProto.FLOAT, ["batch_size", hid]),
+        ],
+        value_info=True,
+    )
+
+
+# =========================================================================================
+# HF GPT-2 (GPT2LMHeadModel): Conv1D as Reshape/Gemm/Reshape, gelu_new, tied lm_head
+# =========================================================================================
+GPT2 = {"vocab": 100, "embd": 32, "heads": 4, "layers": 2, "positions": 64}
+
+
+def _conv1d(b: Builder, x: str, nx: int, nf: int, name: str) -> str:
+    """transformers' Conv1D: addmm(bias, x.view(-1, x.size(-1)), weight).view(x.size()[:-1] + (nf,))."""
+    with b.module(name):
+        flat = b.op("Reshape", [x, b.shape_vec([-1, b.dim(x, 2)])])
+        y = b.op("Gemm", [flat, b.param("weight", (nx, nf), fan_in=nx), b.bias("bias", nf)], alpha=1.0, beta=1.0)
+        return b.op("Reshape", [y, b.shape_vec([b.dim(x, 0), b.dim(x, 1), nf])])
+
+
+def gpt2(opset: int, seed: int = 0) -> onnx.ModelProto:
+    """opset 14: decomposed LayerNorm, the causal mask a bool lower-triangular buffer sliced to
+    (key_len - query_len : key_len, :key_len) and applied with Where, scale by a traced
+    sqrt(head_dim). opset 17: LayerNormalization, a float causal mask built at run time with
+    ConstantOfShape + Trilu and merged with the padding mask by Where (newer transformers)."""
+    cfg = GPT2
+    d, heads = cfg["embd"], cfg["heads"]
+    hd = d // heads
+    decomposed = opset < 17
+    b = Builder(seed, opset)
+    with b.module("transformer"):
+        wte = b.param("wte.weight", (cfg["vocab"], d), std=0.5)
+        x = b.op("Gather", [wte, "input_ids"])
+        seq = b.dim("input_ids", 1)
+        pos = b.unsqueeze(b.op("Range", [b.constant(0, np.int64), seq, b.constant(1, np.int64)]), [0])
+        x = b.op("Add", [x, b.op("Gather", [b.param("wpe.weight", (cfg["positions"], d), std=0.5), pos])])
+        pad = b.unsqueeze(b.unsqueeze("attention_mask", [1]), [2])
+        if decomposed:
+            causal_buf = b.init(
+                "transformer.h.bias",
+                np.tril(np.ones((cfg["positions"], cfg["positions"]), dtype=bool))[None, None],
+            )
+            pad = b.op("Cast", [pad], to=TensorProto.FLOAT)
+            pad = b.op("Mul", [b.op("Sub", [b.constant(1.0), pad]), b.constant(FLOAT_MIN)])
+        else:
+            full = b.op(
+                "ConstantOfShape",
+                [b.shape_vec([seq, seq])],
+                value=numpy_helper.from_array(np.array([FLOAT_MIN], dtype=np.float32)),
+            )
+            causal = b.op("Trilu", [full, b.constant(1, np.int64)], upper=1)
+            causal = b.unsqueeze(causal, [0, 1])
+            causal = b.op("Expand", [causal, b.shape_vec([b.dim("input_ids", 0), 1, seq, seq])])
+            padded = b.op("Equal", [b.op("Cast", [pad], to=TensorProto.FLOAT), b.constant(0.0)])
+            mask = b.op("Where", [padded, b.constant(FLOAT_MIN), causal])
+        presents: list[str] = []
+        for li in range(cfg["layers"]):
+            with b.module("h"), b.module(str(li)):
+                h = b.layer_norm(x, d, "ln_1", 1e-5, decomposed)
+                with b.module("attn"):
+                    qkv = _conv1d(b, h, d, 3 * d, "c_attn")
+                    q, k, v = b.split(qkv, [d, d, d], axis=2)
+                    q = b.op("Transpose", [_heads(b, q, heads, hd)], perm=[0, 2, 1, 3])
+                    k = b.op("Transpose", [_heads(b, k, heads, hd)], perm=[0, 2, 1, 3], out=[f"present.{li}.key"])
+                    v = b.op("Transpose", [_heads(b, v, heads, hd)], perm=[0, 2, 1, 3], out=[f"present.{li}.value"])
+                    presents += [k, v]
+                    w = b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])])
+                    if decomposed:
+                        scale = b.op("Sqrt", [b.op("Cast", [b.dim(v, 3)], to=TensorProto.FLOAT)])
+                        w = b.op("Div", [w, scale])
+                        qlen, klen = b.dim(q, 2), b.dim(k, 2)
+                        start = b.unsqueeze(b.op("Sub", [klen, qlen]), [0])
+                        stop = b.unsqueeze(klen, [0])
+                        cm = b.op(
+                            "Slice", [causal_buf, start, stop, b.constant([2], np.int64), b.constant([1], np.int64)]
+                        )
+                        cm = b.op(
+                            "Slice",
+                            [cm, b.constant([0], np.int64), stop, b.constant([3], np.int64), b.constant([1], np.int64)],
+                        )
+                        w = b.op("Where", [cm, w, b.constant(FLOAT_MIN)])
+                        w = b.op("Add", [w, pad])
+                    else:
+                        w = b.op("Add", [b.op("Div", [w, b.constant(math.sqrt(hd))]), mask])
+                    p = b.op("Softmax", [w], axis=-1)
+                    a = b.op("Transpose", [b.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
+                    a = b.op("Reshape", [a, b.shape_vec([b.dim(a, 0), b.dim(a, 1), d])])
+                    a = _conv1d(b, a, d, d, "c_proj")
+                x = b.op("Add", [a, x])
+                h = b.layer_norm(x, d, "ln_2", 1e-5, decomposed)
+                with b.module("mlp"):
+                    h = _conv1d(b, h, d, 4 * d, "c_fc")
+                    with b.module("act"):
+                        h = b.gelu_tanh(h)
+                    h = _conv1d(b, h, 4 * d, d, "c_proj")
+                x = b.op("Add", [h, x])
+        x = b.layer_norm(x, d, "ln_f", 1e-5, decomposed)
+    with b.module("lm_head"):
+        # Tied weights: the output projection reads wte itself.
+        b.op("MatMul", [x, b.op("Transpose", [wte], perm=[1, 0])], out=["logits"])
+    text = ["batch_size", "sequence_length"]
+    kv = ["batch_size", heads, "sequence_length", hd]
+    outputs = [_vi("logits", TensorProto.FLOAT, [*text, cfg["vocab"]])]
+    outputs += [_vi(p, TensorProto.FLOAT, kv) for p in presents]
+    return b.model(
+        f"gpt2_opset{opset}",
+        [_vi(n, TensorProto.INT64, text) for n in ("input_ids", "attention_mask")],
+        outputs,
+        value_info=True,
+    )
+
+
+# =========================================================================================
+# timm ViT: patch Conv, class token via Expand, fused qkv, pre-norm blocks, token head
+# =========================================================================================
+VIT = {"image": 32, "patch": 8, "dim": 32, "heads": 4, "depth": 2, "mlp": 64, "classes": 10}
+
+
+def vit(opset: int = 18, seed: int = 0) -> onnx.ModelProto:
+    cfg = VIT
+    d, heads = cfg["dim"], cfg["heads"]
+    hd = d // heads
+    n_tok = (cfg["image"] // cfg["patch"]) ** 2 + 1
+    b = Builder(seed, opset)
+    with b.module("patch_embed"), b.module("proj"):
+        w = b.param("weight", (d, 3, cfg["patch"], cfg["patch"]))
+        x = b.op(
+            "Conv",
+            ["pixel_values", w, b.bias("bias", d)],
+            dilations=[1, 1],
+            group=1,
+            kernel_shape=[cfg["patch"]] * 2,
+            pads=[0, 0, 0, 0],
+            strides=[cfg["patch"]] * 2,
+        )
+    with b.module("patch_embed"):
+        # x.flatten(2): Reshape to x.shape[:2] + (-1,), then transpose(1, 2)
+        head = b.op(
+            "Slice",
+            [b.op("Shape", [x]), b.constant([0], np.int64), b.constant([2], np.int64), b.constant([0], np.int64)],
+        )
+        x = b.op("Reshape", [x, b.op("Concat", [head, b.constant([-1], np.int64)], axis=0)])
+        x = b.op("Transpose", [x], perm=[0, 2, 1])
+    # cls_token.expand(B, -1, -1): torch writes the -1s through Equal/Where against ones.
+    cls = b.init("cls_token", (b.rng.standard_normal((1, 1, d)) * 0.5).astype(np.float32))
+    shape = b.shape_vec([b.dim(x, 0), -1, -1])
+    ones = b.op(
+        "ConstantOfShape",
+        [b.constant([3], np.int64)],
+        value=numpy_helper.from_array(np.array([1], dtype=np.int64)),
+    )
+    neg = b.op("Mul", [ones, b.constant(-1, np.int64)])
+    shape = b.op("Where", [b.op("Equal", [shape, neg]), ones, shape])
+    cls = b.op("Expand", [cls, shape])
+    x = b.op("Concat", [cls, x], axis=1)
+    x = b.op("Add", [x, b.init("pos_embed", (b.rng.standard_normal((1, n_tok, d)) * 0.5).astype(np.float32))])
+    for li in range(cfg["depth"]):
+        with b.module("blocks"), b.module(str(li)):
+            h = b.layer_norm(x, d, "norm1", 1e-6, decomposed=False)
+            with b.module("attn"):
+                qkv = b.linear(h, d, 3 * d, "qkv")
+                qkv = b.op("Reshape", [qkv, b.shape_vec([b.dim(h, 0), b.dim(h, 1), 3, heads, hd])])
+                qkv = b.op("Transpose", [qkv], perm=[2, 0, 3, 1, 4])
+                q, k, v = (b.squeeze(t, [0]) for t in b.op("Split", [qkv], 3, axis=0, num_outputs=3))
+                q = b.op("Mul", [q, b.constant(hd**-0.5)])
+                p = b.op("Softmax", [b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])])], axis=-1)
+                a = b.op("Transpose", [b.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
+                a = b.op("Reshape", [a, b.shape_vec([b.dim(h, 0), b.dim(h, 1), d])])
+                a = b.linear(a, d, d, "proj")
+            x = b.op("Add", [x, a])
+            h = b.layer_norm(x, d, "norm2", 1e-6, decomposed=False)
+            with b.module("mlp"):
+                h = b.linear(h, d, cfg["mlp"], "fc1")
+                with b.module("act"):
+                    h = b.gelu_erf(h)
+                h = b.linear(h, cfg["mlp"], d, "fc2")
+            x = b.op("Add", [x, h])
+    x = b.layer_norm(x, d, "norm", 1e-6, decomposed=False)
+    b.op("Identity", [x], out=["last_hidden_state"])
+    # x[:, 0:1] then x[:, 0]: the class token, through a Slice and a Gather.
+    tok = b.op("Slice", [x, b.constant([0], np.int64), b.constant([1], np.int64), b.constant([1], np.int64)])
+    tok = b.op("Gather", [tok, b.constant(0, np.int64)], axis=1)
+    with b.module("head"):
+        w = b.param("weight", (cfg["classes"], d))
+        b.op("Gemm", [tok, w, b.bias("bias", cfg["classes"])], out=["logits"], alpha=1.0, beta=1.0, transB=1)
+    return b.model(
+        "vit_tiny_patch8",
+        [_vi("pixel_values", TensorProto.FLOAT, ["batch_size", 3, cfg["image"], cfg["image"]])],
+        [
+            _vi("logits", TensorProto.FLOAT, ["batch_size", cfg["classes"]]),
+            _vi("last_hidden_state", TensorProto.FLOAT, ["batch_size", n_tok, d]),
+        ],
+    )
+
+
+# =========================================================================================
+# torch dynamo exporter (torch.onnx.dynamo_export, torch 2.1-2.5): one function per module
+# =========================================================================================
+TORCH_DOMAIN = "pkg.torch.2.3.0"
+LIB_DOMAIN = "pkg.onnxscript.torch_lib"
+
+
+def _fn(
+    name: str,
+    domain: str,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    nodes: Sequence[onnx.NodeProto],
+    attributes: Sequence[str] = (),
+    attribute_proto: Sequence[onnx.AttributeProto] = (),
+) -> onnx.FunctionProto:
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid(LIB_DOMAIN, 1), helper.make_opsetid(TORCH_DOMAIN, 1)]
+    fn = helper.make_function(domain, name, list(inputs), list(outputs), list(nodes), opsets, list(attributes))
+    fn.attribute_proto.extend(attribute_proto)
+    return fn
+
+
+def _ref_attr(name: str, ref: str, kind: int) -> onnx.AttributeProto:
+    a = onnx.AttributeProto()
+    a.name, a.ref_attr_name, a.type = name, ref, kind
+    return a
+
+
+def _c(name: str, value: Any, dtype: Any = np.float32) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value, dtype=dtype)))
+
+
+def _dynamo_functions() -> list[onnx.FunctionProto]:
+    n = helper.make_node
+    fns = []
+    # torch_lib ops: traced onnxscript functions, attributes bound through ref_attr_name.
+    fns.append(
+        _fn(
+            "_aten_gelu_approximate_none",
+            LIB_DOMAIN,
+            ["self"],
+            ["result"],
+            [
+                _c("sqrt2", 1.4142135381698608),
+                n("CastLike", ["sqrt2", "self"], ["sqrt2_c"]),
+                n("Div", ["self", "sqrt2_c"], ["inner"]),
+                n("Erf", ["inner"], ["erf"]),
+                _c("one", 1.0),
+                n("CastLike", ["one", "self"], ["one_c"]),
+                n("Add", ["erf", "one_c"], ["erf1"]),
+                n("Mul", ["self", "erf1"], ["xe"]),
+                _c("half", 0.5),
+                n("CastLike", ["half", "self"], ["half_c"]),
+                n("Mul", ["xe", "half_c"], ["result"]),
+            ],
+        )
+    )
+    fns.append(
+        _fn(
+            "aten_gelu",
+            LIB_DOMAIN,
+            ["self"],
+            ["result"],
+            [n("_aten_gelu_approximate_none", ["self"], ["result"], domain=LIB_DOMAIN)],
+            attribute_proto=[helper.make_attribute("approximate", "none")],
+        )
+    )
+    softmax = n("Softmax", ["self"], ["result"])
+    softmax.attribute.append(_ref_attr("axis", "dim", onnx.AttributeProto.INT))
+    fns.append(_fn("aten_softmax_no_dtype", LIB_DOMAIN, ["self"], ["result"], [softmax], attributes=["dim"]))
+    ln = n("LayerNormalization", ["input", "weight", "bias"], ["result"], axis=-1)
+    ln.attribute.append(_ref_attr("epsilon", "eps", onnx.AttributeProto.FLOAT))
+    fns.append(
+        _fn(
+            "aten_layer_norm",
+            LIB_DOMAIN,
+            ["input", "weight", "bias"],
+            ["result"],
+            [ln],
+            attribute_proto=[helper.make_attribute("eps", 1e-5)],
+        )
+    )
+    mean = n("ReduceMean", ["self", "dims"], ["result"])
+    mean.attribute.append(_ref_attr("keepdims", "keepdim", onnx.AttributeProto.INT))
+    fns.append(
+        _fn(
+            "aten_mean_dim",
+            LIB_DOMAIN,
+            ["self"],
+            ["result"],
+            [_c("dims", [1], np.int64), mean],
+            attribute_proto=[helper.make_attribute("keepdim", 0)],
+        )
+    )
+    # Module functions: parameters arrive as inputs, as dynamo_export wrote them.
+    for k in (1, 2, 3):
+        fns.append(
+            _fn(
+                f"torch_nn_modules_linear_Linear_fc{k}_1",
+                TORCH_DOMAIN,
+                ["l_x_", "weight", "bias"],
+                ["addmm"],
+                [
+                    n("Transpose", ["weight"], ["t"], perm=[1, 0]),
+                    n("MatMul", ["l_x_", "t"], ["mm"]),
+                    n("Add", ["mm", "bias"], ["addmm"]),
+                ],
+            )
+        )
+    for k in (1, 2):
+        fns.append(
+            _fn(
+                f"torch_nn_modules_activation_GELU_act{k}_1",
+                TORCH_DOMAIN,
+                ["l_x_"],
+                ["gelu"],
+                [n("aten_gelu", ["l_x_"], ["gelu"], domain=LIB_DOMAIN, approximate="none")],
+            )
+        )
+    fns.append(
+        _fn(
+            "torch_nn_modules_normalization_LayerNorm_norm_1",
+            TORCH_DOMAIN,
+            ["l_x_", "weight", "bias"],
+            ["layer_norm"],
+            # eps left at the function's default (1e-5).
+            [n("aten_layer_norm", ["l_x_", "weight", "bias"], ["layer_norm"], domain=LIB_DOMAIN)],
+        )
+    )
+    return fns
+
+
+def dynamo_mlp(seed: int = 0) -> onnx.ModelProto:
+    """An MLP over tokens, each module a model-local function: fc1 -> GELU -> LayerNorm -> fc2
+    -> GELU (residual) -> mean over tokens -> fc3 -> softmax."""
+    rng = np.random.default_rng(seed)
+    n = helper.make_node
+    dims = {"fc1": (32, 16), "fc2": (32, 32), "fc3": (10, 32)}
+    inits = {}
+    for k, (o, i) in dims.items():
+        inits[f"{k}.weight"] = (rng.standard_normal((o, i)) / math.sqrt(i)).astype(np.float32)
+        inits[f"{k}.bias"] = (rng.standard_normal(o) * 0.1).astype(np.float32)
+    inits["norm.weight"] = rng.uniform(0.8, 1.2, 32).astype(np.float32)
+    inits["norm.bias"] = (rng.standard_normal(32) * 0.1).astype(np.float32)
+    nodes = [
+        n("torch_nn_modules_linear_Linear_fc1_1", ["l_x_", "fc1.weight", "fc1.bias"], ["fc1_1"], domain=TORCH_DOMAIN),
+        n("torch_nn_modules_activation_GELU_act1_1", ["fc1_1"], ["act1_1"], domain=TORCH_DOMAIN),
+        n(
+            "torch_nn_modules_normalization_LayerNorm_norm_1",
+            ["act1_1", "norm.weight", "norm.bias"],
+            ["norm_1"],
+            domain=TORCH_DOMAIN,
+        ),
+        n("torch_nn_modules_linear_Linear_fc2_1", ["norm_1", "fc2.weight", "fc2.bias"], ["fc2_1"], domain=TORCH_DOMAIN),
+        n("torch_nn_modules_activation_GELU_act2_1", ["fc2_1"], ["act2_1"], domain=TORCH_DOMAIN),
+        n("Add", ["act2_1", "norm_1"], ["add"], name="aten_add_5"),
+        n("aten_mean_dim", ["add"], ["mean"], domain=LIB_DOMAIN),
+        n("torch_nn_modules_linear_Linear_fc3_1", ["mean", "fc3.weight", "fc3.bias"], ["fc3_1"], domain=TORCH_DOMAIN),
+        n("aten_softmax_no_dtype", ["fc3_1"], ["softmax"], domain=LIB_DOMAIN, dim=-1),
+    ]
+    for i, node in enumerate(nodes):
+        node.name = node.name or f"{node.op_type}_{i}"
+    graph = helper.make_graph(
+        nodes,
+        "main_graph",
+        [_vi("l_x_", TensorProto.FLOAT, ["s0", "s1", 16])],
+        [_vi("fc3_1", TensorProto.FLOAT, ["s0", 10]), _vi("softmax", TensorProto.FLOAT, ["s0", 10])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[
+            helper.make_opsetid("", 18),
+            helper.make_opsetid(TORCH_DOMAIN, 1),
+            helper.make_opsetid(LIB_DOMAIN, 1),
+        ],
+        functions=_dynamo_functions(),
+    )
+    model.ir_version = 9
+    model.producer_name, model.producer_version = "pytorch", "2.3.0"
+    return model
+
+
+# =========================================================================================
+# registry
+# =========================================================================================
+@dataclass(frozen=True)
+class ZooModel:
+    build: Callable[[], onnx.ModelProto]
+    feeds: Callable[[int, int, np.random.Generator], dict[str, np.ndarray]]
+    text: bool = False  # has a dynamic sequence axis
+
+
+def _image_feeds(name: str, size: int) -> Callable[[int, int, np.random.Generator], dict[str, np.ndarray]]:
+    def feeds(batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {name: rng.standard_normal((batch, 3, size, size)).astype(np.float32)}
+
+    return feeds
+
+
+def _padding_mask(batch: int, seq: int) -> np.ndarray:
+    """Ones, with the last row right-padded (a quarter of its tokens masked) when batch > 1."""
+    mask = np.ones((batch, seq), dtype=np.int64)
+    if batch > 1:
+        mask[-1, seq - max(1, seq // 4) :] = 0
+    return mask
+
+
+def _bert_feeds(batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    types = np.zeros((batch, seq), dtype=np.int64)
+    types[:, seq // 2 :] = 1
+    return {
+        "input_ids": rng.integers(0, BERT["vocab"], (batch, seq), dtype=np.int64),
+        "attention_mask": _padding_mask(batch, seq),
+        "token_type_ids": types,
+    }
+
+
+def _gpt2_feeds(batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {
+        "input_ids": rng.integers(0, GPT2["vocab"], (batch, seq), dtype=np.int64),
+        "attention_mask": _padding_mask(batch, seq),
+    }
+
+
+def _mlp_feeds(batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"l_x_": rng.standard_normal((batch, seq, 16)).astype(np.float32)}
+
+
+ZOO: dict[str, ZooModel] = {
+    "resnet18_basic_opset17": ZooModel(lambda: resnet(False, 17), _image_feeds("input", 64)),
+    "resnet50_bottleneck_opset15": ZooModel(lambda: resnet(True, 15, blocks=(1, 1, 1, 1)), _image_feeds("input", 64)),
+    "mobilenet_v3_opset17": ZooModel(lambda: mobilenet_v3(17), _image_feeds("input", 64)),
+    "mobilenet_v3_opset13": ZooModel(lambda: mobilenet_v3(13), _image_feeds("input", 64)),
+    "efficientnet_b0_opset18": ZooModel(lambda: efficientnet(18), _image_feeds("input", 64)),
+    "bert_opset14": ZooModel(lambda: bert(14), _bert_feeds, text=True),
+    "bert_opset17": ZooModel(lambda: bert(17), _bert_feeds, text=True),
+    "gpt2_opset14": ZooModel(lambda: gpt2(14), _gpt2_feeds, text=True),
+    "gpt2_opset17": ZooModel(lambda: gpt2(17), _gpt2_feeds, text=True),
+    "vit_opset18": ZooModel(lambda: vit(18), _image_feeds("pixel_values", VIT["image"])),
+    "dynamo_mlp_functions_opset18": ZooModel(dynamo_mlp, _mlp_feeds, text=True),
+}
