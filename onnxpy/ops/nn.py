@@ -95,7 +95,7 @@ def _softmax(xp: Any, x: Any, axis: int, log: bool) -> Any:
     if log:
         total = xp.sum(xp.exp(e.astype(acc, copy=False)), axis=axis, keepdims=True)
         return e - xp.log(total).astype(x.dtype, copy=False)
-    e = xp.exp(e)
+    xp.exp(e, out=e)  # e is a fresh array: exponentiate in place
     total = xp.sum(e, axis=axis, keepdims=True, dtype=acc).astype(x.dtype, copy=False)
     with np.errstate(invalid="ignore", divide="ignore"):  # an all -inf row is NaN, as in onnxruntime
         e /= total
