@@ -330,7 +330,11 @@ def _f(x: float, fmt: str = ".2f") -> str:
 def report(results: list[Result], memory: bool) -> str:
     lines = []
     rows = []
+    skipped: dict[str, list[str]] = {}
     for r in results:
+        if r.status == "skipped":
+            skipped.setdefault(f"batch {r.batch} skipped ({r.reason})", []).append(r.model)
+            continue
         if r.status != "ok":
             rows.append([r.model, r.batch, "-", "-", "-", "-", "-", "-", "-", "-", f"{r.status}: {r.reason}"])
             continue
@@ -367,6 +371,8 @@ def report(results: list[Result], memory: bool) -> str:
             rows,
         )
     )
+    for why, names in skipped.items():
+        lines.append(f"{why}: {', '.join(names)}")
     lines.append("")
     lines.append("ms: median latency of run(); ratio: onnxpy / onnxruntime (lower is better, 1.0 = parity)")
     for batch in sorted({r.batch for r in results}):
@@ -401,6 +407,17 @@ def report(results: list[Result], memory: bool) -> str:
     return "\n".join(lines)
 
 
+def _load_line() -> str:
+    """The machine's load: figures taken while other work runs are slower and noisier."""
+    try:
+        one, five, _ = os.getloadavg()
+    except (OSError, AttributeError):
+        return ""
+    cores = os.cpu_count() or 1
+    warn = " (busy machine: expect noisy, slower figures)" if one > cores * 0.75 else ""
+    return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {cores} cores{warn}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", nargs="+", metavar="PATTERN", help="only models whose name contains a pattern")
@@ -426,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     memory = not args.no_memory
 
     started = time.perf_counter()
+    load = _load_line()
+    if load:
+        print(load, flush=True)
     with tempfile.TemporaryDirectory(prefix="onnxpy_bench_") as workdir:
         entries, messages = collect_models(args, workdir)
         for m in messages:
@@ -456,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(results, memory))
     print(f"\ntotal time {time.perf_counter() - started:.0f} s")
+    load = _load_line()
+    if load:
+        print(load)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(
