@@ -529,11 +529,14 @@ def _grid_sample(xp: Any, X: Any, grid: Any, mode: str, padding_mode: str, align
     strides = [int(np.prod(in_sp[d + 1 :])) for d in range(r)]
     dtype = X.dtype
     numeric = dtype.kind not in "OUS"
-    xf = X.reshape(n, c, -1)
+    # Channels last: every gathered sample is one contiguous row of C values.
+    xt = xp.ascontiguousarray(X.reshape(n, c, -1).transpose(0, 2, 1))
     if kind != "nearest":
         if not numeric:
             raise TypeError(f"GridSample: mode {mode!r} needs a numeric input, got {dtype}")
-        xf = xf.astype(_compute_dtype(dtype))
+        xt = xt.astype(_compute_dtype(dtype), copy=False)
+    wdtype = xt.dtype if xt.dtype.kind == "f" else np.float64
+    batch = xp.arange(n)[:, None]
     y = None
     for combo in itertools.product(*(range(len(t[0])) for t in taps)):
         flat = None
@@ -547,18 +550,22 @@ def _grid_sample(xp: Any, X: Any, grid: Any, mode: str, padding_mode: str, align
                 weight = w[j] if weight is None else weight * w[j]
             if ok is not None:
                 valid = ok[j] if valid is None else valid & ok[j]
-        vals = xp.take_along_axis(xf, flat[:, None, :], axis=2)
+        vals = xt[batch, flat]  # (N, Q, C)
         if kind == "nearest":
             if valid is not None:
                 zero = xp.zeros((), dtype=vals.dtype) if numeric else ""
-                vals = xp.where(valid[:, None, :], vals, zero)
+                vals = xp.where(valid[:, :, None], vals, zero)
             y = vals
             break
         if valid is not None:
             weight = xp.where(valid, weight, 0.0)
-        term = vals * weight[:, None, :].astype(xf.dtype if xf.dtype.kind == "f" else np.float64)
-        y = term if y is None else y + term
+        vals *= weight[:, :, None].astype(wdtype)
+        if y is None:
+            y = vals
+        else:
+            y += vals
     assert y is not None
+    y = y.transpose(0, 2, 1)
     y = y.reshape([n, c, *out_sp])
     if kind != "nearest":
         y = _cast_result(xp, y, dtype)
