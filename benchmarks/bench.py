@@ -233,7 +233,11 @@ def measure(entry: ModelEntry, batch: int, args: argparse.Namespace) -> Result:
     except Exception as e:  # noqa: BLE001 - one failing model must not stop the benchmark
         res.status, res.reason = "error", f"onnxpy: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
         return res
-    theirs = make_contender("onnxruntime", entry.path, feeds.arrays, cfg)
+    try:
+        theirs = make_contender("onnxruntime", entry.path, feeds.arrays, cfg)
+    except Exception as e:  # noqa: BLE001 - nothing to compare against
+        res.status, res.reason = "error", f"onnxruntime: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        return res
     res.create_onnxpy_ms = ours.create_s * 1e3
     res.create_onnxruntime_ms = theirs.create_s * 1e3
     diff = max_difference(ours.outputs, theirs.outputs)

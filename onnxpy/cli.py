@@ -7,6 +7,7 @@ Exit status: 0 success, 1 the model failed to load or run, 2 a command-line mist
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -71,7 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except commands.UsageError as e:
         parser.exit(2, f"onnxpy {ns.verb}: error: {commands.format_error(e)}\n")
     except (OnnxpyError, ValueError) as e:
-        # Session creation and kernel errors already name the node and the problem.
+        # Session creation and kernel errors already name the node and the problem; with
+        # ONNXPY_DEBUG set the traceback is shown too.
+        if os.environ.get("ONNXPY_DEBUG"):
+            raise
         print(f"onnxpy {ns.verb}: {commands.format_error(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
