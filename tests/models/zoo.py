@@ -41,6 +41,7 @@ class Builder:
         self.path: list[str] = []  # module path in parameter names
         self._used: dict[str, int] = {}
         self._n_matmul = 0
+        self.fold_bn = False  # fold BatchNormalization into the Conv before it, as exporters do
 
     # -- naming ---------------------------------------------------------------------------
     @contextmanager
@@ -164,17 +165,37 @@ class Builder:
 
     def batchnorm(self, x: str, c: int, name: str, eps: float = 1e-5, momentum: float = 0.1) -> str:
         with self.module(name):
+            gamma = self.rng.uniform(0.5, 1.5, c).astype(np.float32)
+            beta = (self.rng.standard_normal(c) * 0.1).astype(np.float32)
+            mean = (self.rng.standard_normal(c) * 0.1).astype(np.float32)
+            var = self.rng.uniform(0.5, 1.5, c).astype(np.float32)
+            if self.fold_bn:
+                return self._fold_into_conv(x, gamma, beta, mean, var, eps)
             ins = [
                 x,
-                self.init(self.pname("weight"), self.rng.uniform(0.5, 1.5, c).astype(np.float32)),
-                self.init(self.pname("bias"), (self.rng.standard_normal(c) * 0.1).astype(np.float32)),
-                self.init(self.pname("running_mean"), (self.rng.standard_normal(c) * 0.1).astype(np.float32)),
-                self.init(self.pname("running_var"), self.rng.uniform(0.5, 1.5, c).astype(np.float32)),
+                *(
+                    self.init(self.pname(k), v)
+                    for k, v in zip(("weight", "bias", "running_mean", "running_var"), (gamma, beta, mean, var))
+                ),
             ]
             attrs: dict[str, Any] = {"epsilon": eps, "momentum": 1.0 - momentum}
             if self.opset >= 15:
                 attrs["training_mode"] = 0
             return self.op("BatchNormalization", ins, **attrs)
+
+    def _fold_into_conv(
+        self, x: str, gamma: np.ndarray, beta: np.ndarray, mean: np.ndarray, var: np.ndarray, eps: float
+    ) -> str:
+        conv = next(n for n in reversed(self.nodes) if x in n.output)
+        assert conv.op_type == "Conv" and len(conv.input) == 2, "BN folding expects a bias-free Conv"
+        inits = {t.name: t for t in self.inits}
+        w = numpy_helper.to_array(inits[conv.input[1]]).astype(np.float64)
+        k = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+        inits[conv.input[1]].CopyFrom(
+            numpy_helper.from_array((w * k[:, None, None, None]).astype(np.float32), conv.input[1])
+        )
+        conv.input.append(self.init(conv.input[1] + "_bias", (beta - mean * k).astype(np.float32)))
+        return x
 
     def layer_norm(self, x: str, dim: int, name: str, eps: float, decomposed: bool) -> str:
         with self.module(name):
@@ -217,7 +238,7 @@ class Builder:
         name: str,
         inputs: Sequence[onnx.ValueInfoProto],
         outputs: Sequence[onnx.ValueInfoProto],
-        ir_version: int = 8,
+        ir_version: int | None = None,
         producer: tuple[str, str] = TORCH_PRODUCER,
         functions: Sequence[onnx.FunctionProto] = (),
         extra_opsets: dict[str, int] | None = None,
@@ -227,11 +248,16 @@ class Builder:
         opsets = [helper.make_opsetid("", self.opset)]
         opsets += [helper.make_opsetid(d, v) for d, v in (extra_opsets or {}).items()]
         model = helper.make_model(graph, opset_imports=opsets, functions=list(functions))
-        model.ir_version = ir_version
+        # torch.onnx's TorchScript exporter writes IR 7 up to opset 14 and IR 8 for 15-17.
+        model.ir_version = ir_version if ir_version is not None else (7 if self.opset <= 14 else 8)
         model.producer_name, model.producer_version = producer
         if value_info:
-            # The TorchScript exporter writes a value_info (with symbolic dims) for every value.
+            # The dynamo exporter writes a value_info for every intermediate value; the declared
+            # graph outputs stay as written.
+            outputs = [onnx.ValueInfoProto.FromString(o.SerializeToString()) for o in model.graph.output]
             model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+            del model.graph.output[:]
+            model.graph.output.extend(outputs)
         return model
 
 
@@ -264,8 +290,14 @@ def _bottleneck(b: Builder, x: str, cin: int, planes: int, stride: int, idx: int
         return b.op("Relu", [b.op("Add", [y, x])])
 
 
-def resnet(bottleneck: bool, opset: int, seed: int = 0, blocks: Sequence[int] = (2, 1, 1, 1)) -> onnx.ModelProto:
+def resnet(
+    bottleneck: bool, opset: int, seed: int = 0, blocks: Sequence[int] = (2, 1, 1, 1), dynamo: bool = False
+) -> onnx.ModelProto:
+    """TorchScript style keeps BatchNormalization (as with training=PRESERVE) and pools with
+    GlobalAveragePool + Flatten; the dynamo style (torch >= 2.9 default) folds BN into the Conv
+    bias and pools with ReduceMean(axes input) + Reshape(allowzero=1)."""
     b = Builder(seed, opset)
+    b.fold_bn = dynamo
     widths = (8, 16, 32, 64)
     x = b.batchnorm(b.conv("input", 3, widths[0], 7, 2, name="conv1"), widths[0], "bn1")
     x = b.op("Relu", [x])
@@ -278,16 +310,22 @@ def resnet(bottleneck: bool, opset: int, seed: int = 0, blocks: Sequence[int] = 
             for i in range(n):
                 x = block(b, x, cin, planes, 2 if (i == 0 and li > 0) else 1, i)
                 cin = planes * expansion
-    with b.module("avgpool"):
-        x = b.op("GlobalAveragePool", [x])
-    x = b.op("Flatten", [x], axis=1)
+    if dynamo:
+        x = b.op("ReduceMean", [x, b.constant([-1, -2], np.int64)], keepdims=1, noop_with_empty_axes=0)
+        x = b.op("Reshape", [x, b.constant([-1, cin], np.int64)], allowzero=1)
+    else:
+        with b.module("avgpool"):
+            x = b.op("GlobalAveragePool", [x])
+        x = b.op("Flatten", [x], axis=1)
     with b.module("fc"):
         w = b.param("weight", (10, cin))
-        b.op("Gemm", [x, w, b.bias("bias", 10)], out=["output"], alpha=1.0, beta=1.0, transB=1)
+        b.op("Gemm", [x, w, b.bias("bias", 10)], out=["output"], alpha=1.0, beta=1.0, transA=0, transB=1)
     return b.model(
         "resnet50" if bottleneck else "resnet18",
         [_vi("input", TensorProto.FLOAT, ["batch_size", 3, 64, 64])],
         [_vi("output", TensorProto.FLOAT, ["batch_size", 10])],
+        ir_version=10 if dynamo else None,
+        value_info=dynamo,
     )
 
 
@@ -489,7 +527,6 @@ def bert(opset: int, seed: int = 0) -> onnx.ModelProto:
             _vi("last_hidden_state", TensorProto.FLOAT, [*text, hid]),
             _vi("pooler_output", TensorProto.FLOAT, ["batch_size", hid]),
         ],
-        value_info=True,
     )
 
 
@@ -507,11 +544,13 @@ def _conv1d(b: Builder, x: str, nx: int, nf: int, name: str) -> str:
         return b.op("Reshape", [y, b.shape_vec([b.dim(x, 0), b.dim(x, 1), nf])])
 
 
-def gpt2(opset: int, seed: int = 0) -> onnx.ModelProto:
+def gpt2(opset: int, seed: int = 0, past: bool = False) -> onnx.ModelProto:
     """opset 14: decomposed LayerNorm, the causal mask a bool lower-triangular buffer sliced to
     (key_len - query_len : key_len, :key_len) and applied with Where, scale by a traced
     sqrt(head_dim). opset 17: LayerNormalization, a float causal mask built at run time with
-    ConstantOfShape + Trilu and merged with the padding mask by Where (newer transformers)."""
+    ConstantOfShape + Trilu and merged with the padding mask by Where (newer transformers).
+    ``past``: optimum's decoder_with_past: past_key_values.* inputs concatenated in front of the
+    new keys/values, positions from the past length, a mask over past + new tokens."""
     cfg = GPT2
     d, heads = cfg["embd"], cfg["heads"]
     hd = d // heads
@@ -521,7 +560,9 @@ def gpt2(opset: int, seed: int = 0) -> onnx.ModelProto:
         wte = b.param("wte.weight", (cfg["vocab"], d), std=0.5)
         x = b.op("Gather", [wte, "input_ids"])
         seq = b.dim("input_ids", 1)
-        pos = b.unsqueeze(b.op("Range", [b.constant(0, np.int64), seq, b.constant(1, np.int64)]), [0])
+        past_len = b.dim("past_key_values.0.key", 2) if past else b.constant(0, np.int64)
+        total = b.op("Add", [past_len, seq]) if past else seq
+        pos = b.unsqueeze(b.op("Range", [past_len, total, b.constant(1, np.int64)]), [0])
         x = b.op("Add", [x, b.op("Gather", [b.param("wpe.weight", (cfg["positions"], d), std=0.5), pos])])
         pad = b.unsqueeze(b.unsqueeze("attention_mask", [1]), [2])
         if decomposed:
@@ -534,12 +575,14 @@ def gpt2(opset: int, seed: int = 0) -> onnx.ModelProto:
         else:
             full = b.op(
                 "ConstantOfShape",
-                [b.shape_vec([seq, seq])],
+                [b.shape_vec([seq, total])],
                 value=numpy_helper.from_array(np.array([FLOAT_MIN], dtype=np.float32)),
             )
-            causal = b.op("Trilu", [full, b.constant(1, np.int64)], upper=1)
+            # Query i sits at position past + i: keys after it are masked.
+            diag = b.op("Add", [past_len, b.constant(1, np.int64)]) if past else b.constant(1, np.int64)
+            causal = b.op("Trilu", [full, diag], upper=1)
             causal = b.unsqueeze(causal, [0, 1])
-            causal = b.op("Expand", [causal, b.shape_vec([b.dim("input_ids", 0), 1, seq, seq])])
+            causal = b.op("Expand", [causal, b.shape_vec([b.dim("input_ids", 0), 1, seq, total])])
             padded = b.op("Equal", [b.op("Cast", [pad], to=TensorProto.FLOAT), b.constant(0.0)])
             mask = b.op("Where", [padded, b.constant(FLOAT_MIN), causal])
         presents: list[str] = []
@@ -550,8 +593,12 @@ def gpt2(opset: int, seed: int = 0) -> onnx.ModelProto:
                     qkv = _conv1d(b, h, d, 3 * d, "c_attn")
                     q, k, v = b.split(qkv, [d, d, d], axis=2)
                     q = b.op("Transpose", [_heads(b, q, heads, hd)], perm=[0, 2, 1, 3])
-                    k = b.op("Transpose", [_heads(b, k, heads, hd)], perm=[0, 2, 1, 3], out=[f"present.{li}.key"])
-                    v = b.op("Transpose", [_heads(b, v, heads, hd)], perm=[0, 2, 1, 3], out=[f"present.{li}.value"])
+                    names = [f"present.{li}.key"], [f"present.{li}.value"]
+                    k = b.op("Transpose", [_heads(b, k, heads, hd)], perm=[0, 2, 1, 3], out=None if past else names[0])
+                    v = b.op("Transpose", [_heads(b, v, heads, hd)], perm=[0, 2, 1, 3], out=None if past else names[1])
+                    if past:
+                        k = b.op("Concat", [f"past_key_values.{li}.key", k], axis=-2, out=names[0])
+                        v = b.op("Concat", [f"past_key_values.{li}.value", v], axis=-2, out=names[1])
                     presents += [k, v]
                     w = b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])])
                     if decomposed:
@@ -588,14 +635,25 @@ def gpt2(opset: int, seed: int = 0) -> onnx.ModelProto:
         # Tied weights: the output projection reads wte itself.
         b.op("MatMul", [x, b.op("Transpose", [wte], perm=[1, 0])], out=["logits"])
     text = ["batch_size", "sequence_length"]
-    kv = ["batch_size", heads, "sequence_length", hd]
+    full_len = "past_sequence_length + sequence_length" if past else "sequence_length"
+    kv = ["batch_size", heads, full_len, hd]
     outputs = [_vi("logits", TensorProto.FLOAT, [*text, cfg["vocab"]])]
     outputs += [_vi(p, TensorProto.FLOAT, kv) for p in presents]
+    inputs = [
+        _vi("input_ids", TensorProto.INT64, text),
+        _vi("attention_mask", TensorProto.INT64, ["batch_size", full_len]),
+    ]
+    if past:
+        pkv = ["batch_size", heads, "past_sequence_length", hd]
+        inputs += [
+            _vi(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, pkv)
+            for i in range(cfg["layers"])
+            for kind in ("key", "value")
+        ]
     return b.model(
-        f"gpt2_opset{opset}",
-        [_vi(n, TensorProto.INT64, text) for n in ("input_ids", "attention_mask")],
+        f"gpt2_opset{opset}{'_with_past' if past else ''}",
+        inputs,
         outputs,
-        value_info=True,
     )
 
 
@@ -605,12 +663,18 @@ def gpt2(opset: int, seed: int = 0) -> onnx.ModelProto:
 VIT = {"image": 32, "patch": 8, "dim": 32, "heads": 4, "depth": 2, "mlp": 64, "classes": 10}
 
 
-def vit(opset: int = 18, seed: int = 0) -> onnx.ModelProto:
+def vit(opset: int = 18, seed: int = 0, dynamo: bool = False) -> onnx.ModelProto:
+    """TorchScript style (opset 17-18): traced Shape/Gather/Concat reshapes, ``expand(B, -1, -1)``
+    through ConstantOfShape/Equal/Where, qkv unbind as Split(num_outputs) + Squeeze, and the
+    un-named output dims torch writes (``LayerNormalizationlast_hidden_state_dim_1``). Dynamo
+    style (torch >= 2.9, IR 10): Shape(start, end), constant Reshape targets with allowzero=1,
+    unbind as Slice + Squeeze, LayerNormalization stash_type=1."""
     cfg = VIT
     d, heads = cfg["dim"], cfg["heads"]
     hd = d // heads
     n_tok = (cfg["image"] // cfg["patch"]) ** 2 + 1
     b = Builder(seed, opset)
+    i64 = np.int64
     with b.module("patch_embed"), b.module("proj"):
         w = b.param("weight", (d, 3, cfg["patch"], cfg["patch"]))
         x = b.op(
@@ -622,63 +686,93 @@ def vit(opset: int = 18, seed: int = 0) -> onnx.ModelProto:
             pads=[0, 0, 0, 0],
             strides=[cfg["patch"]] * 2,
         )
-    with b.module("patch_embed"):
-        # x.flatten(2): Reshape to x.shape[:2] + (-1,), then transpose(1, 2)
-        head = b.op(
-            "Slice",
-            [b.op("Shape", [x]), b.constant([0], np.int64), b.constant([2], np.int64), b.constant([0], np.int64)],
-        )
-        x = b.op("Reshape", [x, b.op("Concat", [head, b.constant([-1], np.int64)], axis=0)])
-        x = b.op("Transpose", [x], perm=[0, 2, 1])
-    # cls_token.expand(B, -1, -1): torch writes the -1s through Equal/Where against ones.
     cls = b.init("cls_token", (b.rng.standard_normal((1, 1, d)) * 0.5).astype(np.float32))
-    shape = b.shape_vec([b.dim(x, 0), -1, -1])
-    ones = b.op(
-        "ConstantOfShape",
-        [b.constant([3], np.int64)],
-        value=numpy_helper.from_array(np.array([1], dtype=np.int64)),
-    )
-    neg = b.op("Mul", [ones, b.constant(-1, np.int64)])
-    shape = b.op("Where", [b.op("Equal", [shape, neg]), ones, shape])
-    cls = b.op("Expand", [cls, shape])
+    with b.module("patch_embed"):
+        if dynamo:
+            batch = b.op("Shape", ["pixel_values"], start=0, end=1)
+            x = b.op("Reshape", [x, b.constant([-1, d, n_tok - 1], i64)], allowzero=1)
+        else:
+            # x.flatten(2): Reshape to x.shape[:2] + (-1,)
+            head = b.op("Slice", [b.op("Shape", [x]), b.constant([0], i64), b.constant([2], i64), b.constant([0], i64)])
+            x = b.op("Reshape", [x, b.op("Concat", [head, b.constant([-1], i64)], axis=0)])
+        x = b.op("Transpose", [x], perm=[0, 2, 1])
+    if dynamo:
+        cls = b.op("Expand", [cls, b.op("Concat", [batch, b.constant([1], i64), b.constant([1], i64)], axis=0)])
+    else:
+        # cls_token.expand(B, -1, -1): torch writes the -1s through Equal/Where against ones.
+        shape = b.shape_vec([b.dim(x, 0), -1, -1])
+        ones = b.op("ConstantOfShape", [b.constant([3], i64)], value=numpy_helper.from_array(np.array([1], dtype=i64)))
+        neg = b.op("Mul", [ones, b.constant(-1, i64)])
+        shape = b.op("Where", [b.op("Equal", [shape, neg]), ones, shape])
+        cls = b.op("Expand", [cls, shape])
     x = b.op("Concat", [cls, x], axis=1)
     x = b.op("Add", [x, b.init("pos_embed", (b.rng.standard_normal((1, n_tok, d)) * 0.5).astype(np.float32))])
+
+    def norm(x: str, name: str, out: str | None = None) -> str:
+        with b.module(name):
+            gamma = b.init(b.pname("weight"), b.rng.uniform(0.8, 1.2, d).astype(np.float32))
+            beta = b.init(b.pname("bias"), (b.rng.standard_normal(d) * 0.1).astype(np.float32))
+            extra = {"stash_type": 1} if dynamo else {}
+            return b.op(
+                "LayerNormalization", [x, gamma, beta], out=[out] if out else None, axis=-1, epsilon=1e-6, **extra
+            )
+
+    def reshape(x: str, like: str, tail: Sequence[int]) -> str:
+        if dynamo:
+            return b.op("Reshape", [x, b.constant([-1, n_tok, *tail], i64)], allowzero=1)
+        return b.op("Reshape", [x, b.shape_vec([b.dim(like, 0), b.dim(like, 1), *tail])])
+
     for li in range(cfg["depth"]):
         with b.module("blocks"), b.module(str(li)):
-            h = b.layer_norm(x, d, "norm1", 1e-6, decomposed=False)
+            h = norm(x, "norm1")
             with b.module("attn"):
-                qkv = b.linear(h, d, 3 * d, "qkv")
-                qkv = b.op("Reshape", [qkv, b.shape_vec([b.dim(h, 0), b.dim(h, 1), 3, heads, hd])])
-                qkv = b.op("Transpose", [qkv], perm=[2, 0, 3, 1, 4])
-                q, k, v = (b.squeeze(t, [0]) for t in b.op("Split", [qkv], 3, axis=0, num_outputs=3))
+                qkv = b.op(
+                    "Transpose", [reshape(b.linear(h, d, 3 * d, "qkv"), h, [3, heads, hd])], perm=[2, 0, 3, 1, 4]
+                )
+                if dynamo:  # unbind(0) as three Slices
+                    parts = [
+                        b.op("Slice", [qkv, b.constant([j], i64), b.constant([j + 1], i64), b.constant([0], i64)])
+                        for j in range(3)
+                    ]
+                elif b.opset >= 18:
+                    parts = b.op("Split", [qkv], 3, axis=0, num_outputs=3)
+                else:
+                    parts = b.split(qkv, [1, 1, 1], axis=0)
+                q, k, v = (b.squeeze(t, [0]) for t in parts)
                 q = b.op("Mul", [q, b.constant(hd**-0.5)])
                 p = b.op("Softmax", [b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])])], axis=-1)
                 a = b.op("Transpose", [b.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
-                a = b.op("Reshape", [a, b.shape_vec([b.dim(h, 0), b.dim(h, 1), d])])
-                a = b.linear(a, d, d, "proj")
+                a = b.linear(reshape(a, h, [d]), d, d, "proj")
             x = b.op("Add", [x, a])
-            h = b.layer_norm(x, d, "norm2", 1e-6, decomposed=False)
+            h = norm(x, "norm2")
             with b.module("mlp"):
                 h = b.linear(h, d, cfg["mlp"], "fc1")
                 with b.module("act"):
                     h = b.gelu_erf(h)
                 h = b.linear(h, cfg["mlp"], d, "fc2")
             x = b.op("Add", [x, h])
-    x = b.layer_norm(x, d, "norm", 1e-6, decomposed=False)
-    b.op("Identity", [x], out=["last_hidden_state"])
-    # x[:, 0:1] then x[:, 0]: the class token, through a Slice and a Gather.
-    tok = b.op("Slice", [x, b.constant([0], np.int64), b.constant([1], np.int64), b.constant([1], np.int64)])
-    tok = b.op("Gather", [tok, b.constant(0, np.int64)], axis=1)
+    x = norm(x, "norm", out="last_hidden_state")
+    if dynamo:
+        tok = b.op("Gather", [x, b.constant(0, i64)], axis=1)
+    else:
+        # x[:, 0:1] then x[:, 0]: the class token, through a Slice and a Gather.
+        tok = b.op("Slice", [x, b.constant([0], i64), b.constant([1], i64), b.constant([1], i64)])
+        tok = b.op("Gather", [tok, b.constant(0, i64)], axis=1)
     with b.module("head"):
         w = b.param("weight", (cfg["classes"], d))
         b.op("Gemm", [tok, w, b.bias("bias", cfg["classes"])], out=["logits"], alpha=1.0, beta=1.0, transB=1)
+    # TorchScript names the dims of an output missing from dynamic_axes after its producer, even
+    # where they are static; onnxruntime reports the inferred 17 and 32 for them.
+    hidden = [n_tok, d] if dynamo else [f"LayerNormalizationlast_hidden_state_dim_{i}" for i in (1, 2)]
     return b.model(
-        "vit_tiny_patch8",
+        "main_graph" if dynamo else "torch_jit",
         [_vi("pixel_values", TensorProto.FLOAT, ["batch_size", 3, cfg["image"], cfg["image"]])],
         [
             _vi("logits", TensorProto.FLOAT, ["batch_size", cfg["classes"]]),
-            _vi("last_hidden_state", TensorProto.FLOAT, ["batch_size", n_tok, d]),
+            _vi("last_hidden_state", TensorProto.FLOAT, ["batch_size", *hidden]),
         ],
+        ir_version=10 if dynamo else None,
+        value_info=dynamo,
     )
 
 
@@ -907,6 +1001,24 @@ def _gpt2_feeds(batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.
     }
 
 
+def _gpt2_past_feeds(batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``seq`` tokens in all: one new token after seq - 1 cached ones (seq < 10), else 4 new;
+    the last row left-padded as in batched generation."""
+    new = 1 if seq < 10 else 4
+    past = seq - new
+    mask = np.ones((batch, seq), dtype=np.int64)
+    if batch > 1:
+        mask[-1, : max(1, past // 3)] = 0
+    hd = GPT2["embd"] // GPT2["heads"]
+    feeds = {"input_ids": rng.integers(0, GPT2["vocab"], (batch, new), dtype=np.int64), "attention_mask": mask}
+    for i in range(GPT2["layers"]):
+        for kind in ("key", "value"):
+            feeds[f"past_key_values.{i}.{kind}"] = rng.standard_normal((batch, GPT2["heads"], past, hd)).astype(
+                np.float32
+            )
+    return feeds
+
+
 def _mlp_feeds(batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"l_x_": rng.standard_normal((batch, seq, 16)).astype(np.float32)}
 
@@ -921,6 +1033,10 @@ ZOO: dict[str, ZooModel] = {
     "bert_opset17": ZooModel(lambda: bert(17), _bert_feeds, text=True),
     "gpt2_opset14": ZooModel(lambda: gpt2(14), _gpt2_feeds, text=True),
     "gpt2_opset17": ZooModel(lambda: gpt2(17), _gpt2_feeds, text=True),
-    "vit_opset18": ZooModel(lambda: vit(18), _image_feeds("pixel_values", VIT["image"])),
+    "gpt2_with_past_opset14": ZooModel(lambda: gpt2(14, past=True), _gpt2_past_feeds, text=True),
+    "gpt2_with_past_opset17": ZooModel(lambda: gpt2(17, past=True), _gpt2_past_feeds, text=True),
+    "resnet18_dynamo_opset18": ZooModel(lambda: resnet(False, 18, dynamo=True), _image_feeds("input", 64)),
+    "vit_opset17": ZooModel(lambda: vit(17), _image_feeds("pixel_values", VIT["image"])),
+    "vit_dynamo_opset18": ZooModel(lambda: vit(18, dynamo=True), _image_feeds("pixel_values", VIT["image"])),
     "dynamo_mlp_functions_opset18": ZooModel(dynamo_mlp, _mlp_feeds, text=True),
 }
