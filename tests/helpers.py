@@ -117,6 +117,12 @@ def randomize_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
         keep.append(node)
     del g.node[:]
     g.node.extend(keep)
+    # IR 3 required initializers to be listed as inputs; the new ones are not, so say IR 4+.
+    init_names = {t.name for t in g.initializer}
+    inputs = [i for i in g.input if i.name not in init_names]
+    del g.input[:]
+    g.input.extend(inputs)
+    m.ir_version = max(m.ir_version, 7)
     for t in list(g.initializer):
         if t.data_type == TensorProto.FLOAT and len(t.dims) > 0 and t.name not in {o for n in keep for o in n.output}:
             arr = numpy_helper.to_array(t)

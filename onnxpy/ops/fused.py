@@ -77,7 +77,10 @@ def fused_conv(
         strides=strides,
     )
     if Z is not None:
-        y += Z
+        if Z.shape == y.shape:
+            y += Z
+        else:
+            y = y + Z  # the residual broadcasts to a larger shape: a new array
     return apply_activation(xp, y, activation, activation_params or [])
 
 

@@ -98,11 +98,8 @@ def run(graph: Graph) -> bool:
         if is_conv and not node.attrs.get("activation") and (len(node.inputs) < 4 or not node.inputs[3]):
             if not nxt.domain and nxt.op_type in ("Add", "Sum") and len(nxt.inputs) == 2 and nxt.outputs[0]:
                 other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
-                if (
-                    other != out
-                    and graph.shape(other) is not None
-                    and graph.shape(other) == graph.shape(nxt.outputs[0]) == graph.shape(out)
-                ):
+                # The kernel adds in place when shapes agree and broadcasts otherwise.
+                if other != out and graph.elem_type(other) in (None, 1):
                     fused = _to_fused_conv(node)
                     fused.inputs = fused.inputs[:3] + [other]
                     fused.outputs = [nxt.outputs[0]]
