@@ -103,7 +103,7 @@ class IOBinding:
     # -- outputs --------------------------------------------------------------------------------
     def _check_output_name(self, name: str) -> None:
         sess = self._session
-        if isinstance(name, str) and (name in sess._output_names or name in sess._base_graph.defined_names()):
+        if isinstance(name, str) and (name in sess._output_names or name in sess._value_names):
             return  # a graph output, or an intermediate value fetched by name
         raise InvalidArgument(
             f"cannot bind output {name!r}: the model has no such output. Valid outputs: {sess._output_names} "

@@ -21,10 +21,11 @@ from ..ir.graph import Graph
 from ..model import dtypes
 from ..model.load import load_model
 from ..optimizer.manager import optimize
-from ..providers import CPU, PROVIDER_DEVICES, Provider, available_provider_names, provider_for_device
+from ..providers import PROVIDER_DEVICES, Provider, available_provider_names, provider_for_session
 from ..runtime.compile import apply_free_dimension_overrides, build_graph
 from ..runtime.compiled import CompiledGraph
 from ..runtime.facts import SessionFacts
+from ..runtime.memory import release_free_memory
 from .errors import Fail, InvalidArgument, InvalidGraph, OnnxpyError
 from .options import RunOptions, SessionOptions
 from .ortvalue import OrtValue, as_host_array
@@ -110,25 +111,16 @@ class InferenceSession:
         self._plans: dict[tuple[str, ...], Any] = {}
         self._debug_compiled: CompiledGraph | None = None
 
-        model, _folder = load_model(path_or_bytes, opts.config("session.model_external_initializers_file_folder_path"))
-        loaded = time.perf_counter()
-        self._meta = ModelMetadata(
-            producer_name=model.producer_name,
-            graph_name=model.graph.name,
-            domain=model.domain,
-            description=model.doc_string,
-            graph_description=model.graph.doc_string,
-            version=int(model.model_version),
-            custom_metadata_map={p.key: p.value for p in model.metadata_props},
-        )
-        self._apply_initializer_overrides(model)
-        apply_free_dimension_overrides(model, opts._free_dim_by_name)
-        self._base_graph: Graph = build_graph(model)
-        self._describe_io(model, self._base_graph)
-        self._opset = dict(self._base_graph.opsets)
-        del model
+        # The source is kept (a path, the caller's bytes or ModelProto: no copy) so the
+        # unoptimized graph can be rebuilt on demand instead of holding a second set of weights.
+        self._source = path_or_bytes
+        base, loaded = self._load_base_graph(describe=True)
+        self._value_names = frozenset(base.defined_names())
+        self._opset = dict(base.opsets)
         self._facts = SessionFacts.from_options(opts)
-        self._set_providers(providers, provider_options)
+        self._set_providers(providers, provider_options, base)
+        del base
+        release_free_memory()
         self._profiler = None
         if opts.enable_profiling:
             from ..tools.profiler import Profiler
@@ -141,6 +133,28 @@ class InferenceSession:
         self.creation_seconds = time.perf_counter() - started
 
     # -- creation helpers ------------------------------------------------------------------------
+    def _load_base_graph(self, describe: bool = False) -> tuple[Graph, float]:
+        """Load the source and build the unoptimized graph (overrides applied)."""
+        opts = self._sess_options
+        model, _folder = load_model(self._source, opts.config("session.model_external_initializers_file_folder_path"))
+        loaded = time.perf_counter()
+        if describe:
+            self._meta = ModelMetadata(
+                producer_name=model.producer_name,
+                graph_name=model.graph.name,
+                domain=model.domain,
+                description=model.doc_string,
+                graph_description=model.graph.doc_string,
+                version=int(model.model_version),
+                custom_metadata_map={p.key: p.value for p in model.metadata_props},
+            )
+        self._apply_initializer_overrides(model)
+        apply_free_dimension_overrides(model, opts._free_dim_by_name)
+        graph = build_graph(model, release_data=True)  # load_model gave us our own copy
+        if describe:
+            self._describe_io(model, graph)
+        return graph, loaded
+
     def _apply_initializer_overrides(self, model: onnx.ModelProto) -> None:
         overrides = self._sess_options._initializers
         if not overrides:
@@ -179,7 +193,10 @@ class InferenceSession:
         self._output_tuple = tuple(self._output_names)
 
     def _set_providers(
-        self, providers: Sequence[Any] | None, provider_options: Sequence[dict[str, Any]] | None
+        self,
+        providers: Sequence[Any] | None,
+        provider_options: Sequence[dict[str, Any]] | None,
+        base: Graph | None = None,
     ) -> None:
         names, options = _normalize_providers(providers, provider_options)
         chosen: list[str] = []
@@ -204,10 +221,11 @@ class InferenceSession:
         if "CPUExecutionProvider" not in chosen:
             chosen.append("CPUExecutionProvider")
             chosen_opts.append({})
-        first = chosen[0]
-        device_id = int(chosen_opts[0].get("device_id", 0)) if first != "CPUExecutionProvider" else 0
-        provider = CPU if first == "CPUExecutionProvider" else provider_for_device(PROVIDER_DEVICES[first], device_id)
-        graph = self._base_graph.clone()
+        try:  # the primary provider, configured by its options (device_id, user_compute_stream...)
+            provider = provider_for_session(chosen[0], chosen_opts[0])
+        except ValueError as e:
+            raise InvalidArgument(str(e)) from None
+        graph = base if base is not None else self._load_base_graph()[0]
         self._applied_passes = optimize(graph, int(self._sess_options.graph_optimization_level))
         if self._sess_options.optimized_model_filepath:
             from ..ir.export import save_graph
@@ -406,7 +424,7 @@ class InferenceSession:
     def _unoptimized(self) -> CompiledGraph:
         with self._lock:
             if self._debug_compiled is None:
-                self._debug_compiled = CompiledGraph(self._base_graph.clone(), self._provider, self._facts)
+                self._debug_compiled = CompiledGraph(self._load_base_graph()[0], self._provider, self._facts)
             return self._debug_compiled
 
     def _run_device(

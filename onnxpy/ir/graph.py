@@ -206,7 +206,7 @@ def sparse_to_array(sp: Any, what: str = "") -> np.ndarray:
     return dense
 
 
-def decode_attribute(a: AttributeProto, opsets: dict[str, int]) -> Any:
+def decode_attribute(a: AttributeProto, opsets: dict[str, int], inferred: dict[str, TypeProto] | None = None) -> Any:
     t = a.type
     if t == AttributeProto.FLOAT:
         return float(a.f)
@@ -217,7 +217,7 @@ def decode_attribute(a: AttributeProto, opsets: dict[str, int]) -> Any:
     if t == AttributeProto.TENSOR:
         return tensor_to_array(a.t, a.name)
     if t == AttributeProto.GRAPH:
-        return graph_from_proto(a.g, opsets, {})
+        return graph_from_proto(a.g, opsets, inferred or {})
     if t == AttributeProto.SPARSE_TENSOR:
         return sparse_to_array(a.sparse_tensor, a.name)
     if t == AttributeProto.TYPE_PROTO:
@@ -231,7 +231,7 @@ def decode_attribute(a: AttributeProto, opsets: dict[str, int]) -> Any:
     if t == AttributeProto.TENSORS:
         return [tensor_to_array(x, a.name) for x in a.tensors]
     if t == AttributeProto.GRAPHS:
-        return [graph_from_proto(g, opsets, {}) for g in a.graphs]
+        return [graph_from_proto(g, opsets, inferred or {}) for g in a.graphs]
     if t == AttributeProto.SPARSE_TENSORS:
         return [sparse_to_array(x, a.name) for x in a.sparse_tensors]
     if t == AttributeProto.TYPE_PROTOS:
@@ -246,7 +246,7 @@ def _decode_str(b: bytes) -> str | bytes:
         return b
 
 
-def node_from_proto(p: NodeProto, opsets: dict[str, int]) -> Node:
+def node_from_proto(p: NodeProto, opsets: dict[str, int], inferred: dict[str, TypeProto] | None = None) -> Node:
     domain = normalize_domain(p.domain)
     attrs: dict[str, Any] = {}
     attr_types: dict[str, int] = {}
@@ -257,7 +257,7 @@ def node_from_proto(p: NodeProto, opsets: dict[str, int]) -> Node:
             )
         if a.name in attrs:
             raise InvalidGraph(f"node '{p.name}' ({p.op_type}) has attribute '{a.name}' twice")
-        attrs[a.name] = decode_attribute(a, opsets)
+        attrs[a.name] = decode_attribute(a, opsets, inferred)
         attr_types[a.name] = a.type
     return Node(
         op_type=p.op_type,
@@ -273,12 +273,19 @@ def node_from_proto(p: NodeProto, opsets: dict[str, int]) -> Node:
     )
 
 
-def graph_from_proto(gp: GraphProto, opsets: dict[str, int], inferred: dict[str, TypeProto]) -> Graph:
+def graph_from_proto(
+    gp: GraphProto, opsets: dict[str, int], inferred: dict[str, TypeProto], release_data: bool = False
+) -> Graph:
+    """Build a Graph. ``release_data`` clears each initializer's bytes from ``gp`` once decoded
+    (for a proto the caller owns and will not use again)."""
     initializers: dict[str, np.ndarray] = {}
     for t in gp.initializer:
         if t.name in initializers:
             raise InvalidGraph(f"graph '{gp.name}': initializer '{t.name}' is defined twice")
         initializers[t.name] = tensor_to_array(t)
+        if release_data:
+            # The array holds a copy now: drop the proto's bytes so weights exist once at a time.
+            t.ClearField("raw_data")
     for sp in gp.sparse_initializer:
         initializers[sp.values.name] = sparse_to_array(sp, sp.values.name)
     types: dict[str, TypeProto] = {}
@@ -288,7 +295,7 @@ def graph_from_proto(gp: GraphProto, opsets: dict[str, int], inferred: dict[str,
     for name, tp in inferred.items():
         if name not in types or not _has_shape(types[name]):
             types[name] = tp
-    nodes = [node_from_proto(p, opsets) for p in gp.node]
+    nodes = [node_from_proto(p, opsets, inferred) for p in gp.node]
     return Graph(
         name=gp.name,
         nodes=nodes,

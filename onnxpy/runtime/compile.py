@@ -39,19 +39,62 @@ def apply_free_dimension_overrides(model: ModelProto, overrides: Mapping[str, in
                 d.dim_value = int(overrides[d.dim_param])
 
 
+# Initializers larger than this are replaced by typed inputs for shape inference: inference
+# needs their types and shapes, not their values, and copying the weights costs memory.
+_INFERENCE_VALUE_LIMIT = 4096
+
+
+def _weightless_copy(model: ModelProto) -> ModelProto:
+    light = ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
+        setattr(light, field, getattr(model, field))
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    src, dst = model.graph, light.graph
+    dst.name = src.name
+    dst.node.extend(src.node)
+    dst.input.extend(src.input)
+    dst.output.extend(src.output)
+    dst.value_info.extend(src.value_info)
+    declared = {vi.name for vi in src.input}
+    for t in src.initializer:
+        count = 1
+        for d in t.dims:
+            count *= d
+        if count <= _INFERENCE_VALUE_LIMIT:
+            dst.initializer.append(t)
+        elif t.name not in declared:
+            dst.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    if light.ir_version < 4:
+        light.ir_version = 4  # inputs that are not initializers are fine from IR 4 on
+    return light
+
+
 def infer_types(model: ModelProto) -> dict[str, onnx.TypeProto]:
-    """Types of intermediate values, from onnx's shape inference (empty where it cannot say)."""
+    """Types of intermediate values in every (sub)graph, from onnx's shape inference (empty where
+    it cannot say). Value names are unique across scopes in valid ONNX, so one table serves all."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(
+            _weightless_copy(model), check_type=False, strict_mode=False, data_prop=True
+        )
     except Exception:  # noqa: BLE001 - inference is a help, not a requirement
         return {}
-    out = {vi.name: vi.type for vi in inferred.graph.value_info if vi.HasField("type")}
-    # Inference also completes graph outputs declared without a shape.
-    out.update({vi.name: vi.type for vi in inferred.graph.output if vi.HasField("type")})
+    out: dict[str, onnx.TypeProto] = {}
+    stack = [inferred.graph]
+    while stack:
+        g = stack.pop()
+        out.update({vi.name: vi.type for vi in g.value_info if vi.HasField("type")})
+        # Inference also completes graph outputs declared without a shape.
+        out.update({vi.name: vi.type for vi in g.output if vi.HasField("type")})
+        for node in g.node:
+            for a in node.attribute:
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
     return out
 
 
-def build_graph(model: ModelProto) -> Graph:
+def build_graph(model: ModelProto, release_data: bool = False) -> Graph:
     """ModelProto -> Graph with types inferred, functions expanded, nodes topologically sorted.
 
     Validation is onnxpy's own, not onnx.checker (which rejects models onnxruntime runs, such
@@ -63,7 +106,7 @@ def build_graph(model: ModelProto) -> Graph:
         raise InvalidGraph("the model has no graph")
     opsets = model_opsets(model)
     types = infer_types(model)
-    graph = graph_from_proto(model.graph, opsets, types)
+    graph = graph_from_proto(model.graph, opsets, types, release_data=release_data)
     names = [vi.name for vi in model.graph.input]
     if len(set(names)) != len(names):
         raise InvalidGraph(f"graph inputs have duplicate names: {names}")
