@@ -459,9 +459,13 @@ def _heads(b: Builder, x: str, heads: int, hd: int) -> str:
     return b.op("Reshape", [x, b.shape_vec([b.dim(x, 0), b.dim(x, 1), heads, hd])])
 
 
-def bert(opset: int, seed: int = 0) -> onnx.ModelProto:
+def bert(opset: int, seed: int = 0, sdpa: bool = False) -> onnx.ModelProto:
     """opset 14: decomposed LayerNorm, mask * -10000 (older transformers); opset 17:
-    LayerNormalization, mask * finfo.min."""
+    LayerNormalization, mask * finfo.min. ``sdpa``: attention through
+    F.scaled_dot_product_attention as the TorchScript exporter writes it (transformers >= 4.36):
+    a bool mask expanded to (b, 1, s, s) turned into 0/-inf by Where, q and k^T each scaled by
+    sqrt(1/sqrt(head_dim)) computed from the traced shape, and an IsNaN/Where guard after the
+    Softmax."""
     cfg = BERT
     hid, heads, hd = cfg["hidden"], cfg["heads"], cfg["hidden"] // cfg["heads"]
     decomposed = opset < 17
@@ -482,11 +486,16 @@ def bert(opset: int, seed: int = 0) -> onnx.ModelProto:
             pemb = b.op("Gather", [b.param("weight", (cfg["max_pos"], hid), std=std), pos])
         x = b.op("Add", [b.op("Add", [words, types]), pemb])
         x = b.layer_norm(x, hid, "LayerNorm", 1e-12, decomposed)
-    # get_extended_attention_mask: (1.0 - mask[:, None, None, :]) * min
     m = b.unsqueeze(b.unsqueeze("attention_mask", [1]), [2])
-    m = b.op("Cast", [m], to=TensorProto.FLOAT)
-    m = b.op("Sub", [b.constant(1.0), m])
-    mask = b.op("Mul", [m, b.constant(-10000.0 if decomposed else FLOAT_MIN)])
+    if sdpa:
+        m = b.op("Cast", [m], to=TensorProto.BOOL)
+        s_len = b.dim("input_ids", 1)
+        keep = b.op("Expand", [m, b.shape_vec([b.dim("input_ids", 0), 1, s_len, s_len])])
+    else:
+        # get_extended_attention_mask: (1.0 - mask[:, None, None, :]) * min
+        m = b.op("Cast", [m], to=TensorProto.FLOAT)
+        m = b.op("Sub", [b.constant(1.0), m])
+        mask = b.op("Mul", [m, b.constant(-10000.0 if decomposed else FLOAT_MIN)])
     with b.module("encoder"):
         for li in range(cfg["layers"]):
             with b.module("layer"), b.module(str(li)):
@@ -496,10 +505,14 @@ def bert(opset: int, seed: int = 0) -> onnx.ModelProto:
                         k = _heads(b, b.linear(x, hid, hid, "key"), heads, hd)
                         v = _heads(b, b.linear(x, hid, hid, "value"), heads, hd)
                         q = b.op("Transpose", [q], perm=[0, 2, 1, 3])
-                        k = b.op("Transpose", [k], perm=[0, 2, 3, 1])
                         v = b.op("Transpose", [v], perm=[0, 2, 1, 3])
-                        s = b.op("Div", [b.op("MatMul", [q, k]), b.constant(math.sqrt(hd))])
-                        p = b.op("Softmax", [b.op("Add", [s, mask])], axis=-1)
+                        if sdpa:
+                            k = b.op("Transpose", [k], perm=[0, 2, 1, 3])
+                            p = _sdpa_probs(b, q, k, keep)
+                        else:
+                            k = b.op("Transpose", [k], perm=[0, 2, 3, 1])
+                            s = b.op("Div", [b.op("MatMul", [q, k]), b.constant(math.sqrt(hd))])
+                            p = b.op("Softmax", [b.op("Add", [s, mask])], axis=-1)
                         ctx = b.op("Transpose", [b.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
                         ctx = b.op("Reshape", [ctx, b.shape_vec([b.dim(ctx, 0), b.dim(ctx, 1), hid])])
                     with b.module("output"):
@@ -521,13 +534,26 @@ def bert(opset: int, seed: int = 0) -> onnx.ModelProto:
         b.op("Tanh", [first], out=["pooler_output"])
     text = ["batch_size", "sequence_length"]
     return b.model(
-        f"bert_opset{opset}",
+        f"bert{'_sdpa' if sdpa else ''}_opset{opset}",
         [_vi(n, TensorProto.INT64, text) for n in ("input_ids", "attention_mask", "token_type_ids")],
         [
             _vi("last_hidden_state", TensorProto.FLOAT, [*text, hid]),
             _vi("pooler_output", TensorProto.FLOAT, ["batch_size", hid]),
         ],
     )
+
+
+def _sdpa_probs(b: Builder, q: str, k: str, keep: str) -> str:
+    """softmax(q k^T / sqrt(d) + mask) the way torch.onnx decomposes scaled_dot_product_attention."""
+    i64 = np.int64
+    d = b.op("Cast", [b.op("Slice", [b.op("Shape", [q]), b.constant([-1], i64), b.constant([2**63 - 1], i64)])], to=1)
+    scale = b.op("Cast", [b.op("Div", [b.constant(1.0), b.op("Sqrt", [d])])], to=1)
+    qs = b.op("Mul", [q, b.op("Sqrt", [scale])])
+    ks = b.op("Mul", [b.op("Transpose", [k], perm=[0, 1, 3, 2]), b.op("Sqrt", [scale])])
+    bias = b.op("Where", [keep, b.constant(0.0), b.constant(-np.inf)])
+    p = b.op("Softmax", [b.op("Add", [b.op("MatMul", [qs, ks]), bias])], axis=-1)
+    # A row with every key masked is NaN after the Softmax: SDPA makes it zeros.
+    return b.op("Where", [b.op("IsNaN", [p]), b.constant(0.0), p])
 
 
 # =========================================================================================
@@ -987,9 +1013,13 @@ def _padding_mask(batch: int, seq: int) -> np.ndarray:
 def _bert_feeds(batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     types = np.zeros((batch, seq), dtype=np.int64)
     types[:, seq // 2 :] = 1
+    mask = _padding_mask(batch, seq)
+    if batch > 1 and seq >= 16:
+        # An empty text in the batch: every key masked (SDPA's IsNaN guard has work to do).
+        mask[-1] = 0
     return {
         "input_ids": rng.integers(0, BERT["vocab"], (batch, seq), dtype=np.int64),
-        "attention_mask": _padding_mask(batch, seq),
+        "attention_mask": mask,
         "token_type_ids": types,
     }
 
@@ -1031,6 +1061,7 @@ ZOO: dict[str, ZooModel] = {
     "efficientnet_b0_opset18": ZooModel(lambda: efficientnet(18), _image_feeds("input", 64)),
     "bert_opset14": ZooModel(lambda: bert(14), _bert_feeds, text=True),
     "bert_opset17": ZooModel(lambda: bert(17), _bert_feeds, text=True),
+    "bert_sdpa_opset17": ZooModel(lambda: bert(17, sdpa=True), _bert_feeds, text=True),
     "gpt2_opset14": ZooModel(lambda: gpt2(14), _gpt2_feeds, text=True),
     "gpt2_opset17": ZooModel(lambda: gpt2(17), _gpt2_feeds, text=True),
     "gpt2_with_past_opset14": ZooModel(lambda: gpt2(14, past=True), _gpt2_past_feeds, text=True),
