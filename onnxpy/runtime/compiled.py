@@ -15,6 +15,7 @@ from ..planner.plan import ExecutionPlan
 from ..providers.base import Provider
 from .binding import bind_node
 from .executor import execute
+from .placement import place, run_scope, to_provider
 
 
 class CompiledGraph:
@@ -29,8 +30,16 @@ class CompiledGraph:
         self.graph = graph
         self.provider = provider
         self.session_facts = session_facts
-        self.bound = [bind_node(n, graph, provider, self._compile_subgraph, session_facts) for n in graph.nodes]
-        self.constants = {name: provider.from_host(arr) for name, arr in graph.initializers.items()}
+        # Each node runs on its own provider (CPU fallback, with copies, on a device session).
+        self.placement = place(graph, provider, outer)
+        self._node_provider = {id(n): p for n, p in zip(graph.nodes, self.placement.providers)}
+        self.bound = [
+            bind_node(n, graph, p, self._compile_subgraph, session_facts)
+            for n, p in zip(graph.nodes, self.placement.providers)
+        ]
+        self.constants = {
+            name: self.placement.constant_provider(name).from_host(arr) for name, arr in graph.initializers.items()
+        }
         self.outer = tuple(outer)
         self.plan: ExecutionPlan = self.plan_for(graph.outputs if fetch is None else fetch)
 
@@ -39,7 +48,8 @@ class CompiledGraph:
         return build_plan(self.graph, self.bound, list(fetch), self.constants, self.outer)
 
     def _compile_subgraph(self, graph: Graph, node: Node, attr: str) -> Subgraph:
-        return Subgraph(graph, self.provider, self.session_facts, f"{node.describe()} attribute '{attr}'")
+        provider = self._node_provider.get(id(node), self.provider)
+        return Subgraph(graph, provider, self.session_facts, f"{node.describe()} attribute '{attr}'")
 
     def run(
         self,
@@ -54,7 +64,11 @@ class CompiledGraph:
         if outer:
             for n, i in plan.outer_ids.items():
                 by_id[i] = outer[n]
-        return execute(plan, by_id, terminate=terminate, observer=observer)
+        with run_scope(self.provider):  # a device provider's device and stream
+            out = execute(plan, by_id, terminate=terminate, observer=observer)
+            if self.placement.mixed:  # a fetched intermediate value may have been made on the CPU
+                out = [to_provider(v, self.provider) for v in out]
+        return out
 
 
 class Subgraph:
