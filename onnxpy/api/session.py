@@ -71,23 +71,32 @@ def _node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
 class _InputSpec:
     """What a feed must look like, precomputed so validation per run is a few comparisons."""
 
-    __slots__ = ("name", "dtype", "type_str", "rank", "fixed", "kind")
+    __slots__ = ("name", "dtype", "type_str", "rank", "fixed", "kind", "inner_kind")
 
     def __init__(self, arg: NodeArg, tp: onnx.TypeProto) -> None:
         self.name = arg.name
         self.type_str = arg.type
         self.kind = tp.WhichOneof("value")
+        # What an optional holds, or what a sequence's elements are ("tensor_type", "map_type"...).
+        self.inner_kind: str | None = None
+        if self.kind == "optional_type":
+            self.inner_kind = tp.optional_type.elem_type.WhichOneof("value")
+            if self.inner_kind == "tensor_type":
+                tp = tp.optional_type.elem_type  # checked like the tensor it holds
+        elif self.kind == "sequence_type":
+            self.inner_kind = tp.sequence_type.elem_type.WhichOneof("value")
         self.dtype: np.dtype | None = None
         self.rank: int | None = None
         self.fixed: tuple[tuple[int, int], ...] = ()
-        if self.kind == "tensor_type" and tp.tensor_type.elem_type:
+        if tp.WhichOneof("value") == "tensor_type" and tp.tensor_type.elem_type:
             try:
                 self.dtype = dtypes.np_dtype(tp.tensor_type.elem_type)
             except ValueError:
                 self.dtype = None
             if tp.tensor_type.HasField("shape"):
-                self.rank = len(arg.shape)
-                self.fixed = tuple((i, d) for i, d in enumerate(arg.shape) if isinstance(d, int))
+                dims = tp.tensor_type.shape.dim
+                self.rank = len(dims)
+                self.fixed = tuple((i, int(d.dim_value)) for i, d in enumerate(dims) if d.HasField("dim_value"))
 
 
 class InferenceSession:
@@ -350,14 +359,20 @@ class InferenceSession:
                 arr = provider.from_host(value._provider.to_host(value._value))
             else:
                 arr = value._value
-        elif spec.kind == "sequence_type":
+        elif spec.kind == "optional_type" and value is None:
+            return None
+        elif spec.kind == "sequence_type" or (spec.kind == "optional_type" and spec.inner_kind == "sequence_type"):
             if not isinstance(value, (list, tuple)):
                 raise InvalidArgument(
                     f"input '{name}' is {spec.type_str}: expected a list of arrays, got {type(value).__name__}"
                 )
+            if spec.inner_kind == "map_type" or any(isinstance(v, dict) for v in value):
+                return list(value)  # a sequence of maps (ai.onnx.ml) stays Python objects
             return [provider.from_host(as_host_array(v, f"input '{name}'")) for v in value]
-        elif spec.kind == "optional_type" and value is None:
-            return None
+        elif spec.kind == "map_type":
+            if not isinstance(value, dict):
+                raise InvalidArgument(f"input '{name}' is {spec.type_str}: expected a dict, got {type(value).__name__}")
+            return value
         elif provider.is_device_array(value):
             arr = value
         else:
@@ -460,6 +475,8 @@ class InferenceSession:
             return None
         if isinstance(value, list):
             return [self._to_user(v, feeds) for v in value]
+        if isinstance(value, dict):
+            return value  # a map (ai.onnx.ml ZipMap, DictVectorizer inputs...)
         arr = self._provider.to_host(value)
         if not isinstance(arr, np.ndarray):
             return np.asarray(arr)
