@@ -89,3 +89,26 @@ def test_zoo_model_matches_onnxruntime(name: str, level: str) -> None:
                 if not err <= RTOL:
                     failures.append(f"{where}: max abs diff {err:.3g} x max|want|")
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [["a", "b", "c"], [None, None, None], ["a", 3, "c"], [None, "b", 7]],
+    ids=["all-symbolic", "unknown", "mixed", "unknown-symbolic-static"],
+)
+def test_output_shape_merges_declared_and_inferred_dims_like_onnxruntime(declared: list) -> None:
+    """What the TorchScript exporter's ``<Op><output>_dim_<i>`` names reduce to: onnxruntime
+    reports, per dimension, an inferred static size over a declared name, a declared name over
+    an inferred one, and an inferred name over an unknown dim."""
+    node = onnx.helper.make_node("Relu", ["x"], ["y"])
+    graph = onnx.helper.make_graph(
+        [node],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 3, None])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, declared)],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    assert _describe(onnxpy.InferenceSession(data).get_outputs()) == _describe(ref.get_outputs())
