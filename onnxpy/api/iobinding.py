@@ -7,18 +7,29 @@ OrtValue) are written in place: every bound output's shape and dtype are checked
 first byte is written, so a failed run leaves all of them untouched. Outputs bound to a device
 only get fresh memory at every run, so OrtValues from an earlier ``get_outputs()`` stay valid
 and the shape may change between runs (data-dependent outputs).
+
+On a device (CUDA) the same holds with device memory: inputs bound by pointer or OrtValue are
+read in place, outputs bound to "cuda" stay on the device, buffers (torch, CuPy, OrtValue) are
+written in place. A run is queued on the session's stream and waited for before
+``run_with_iobinding`` returns, unless the run option
+``disable_synchronize_execution_providers`` is "1" (then ``synchronize_outputs()`` waits).
+``synchronize_inputs()`` waits for work other libraries queued on the inputs' devices. With the
+provider option ``enable_cuda_graph`` the first run is also captured into a CUDA graph, which
+later runs replay as long as the bound addresses and shapes stay the same (docs/cuda.md).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..model import dtypes
-from ..providers import Provider, provider_for_device
+from ..providers import Provider, cuda_graph_option, provider_for_device
 from .errors import InvalidArgument
 from .ortvalue import OrtValue, _check_shape, _element_dtype, as_host_array
 
@@ -34,6 +45,14 @@ class _BoundOutput:
     target: OrtValue | None
 
 
+@dataclass
+class _GraphState:
+    """A CUDA graph captured for one binding layout (addresses, shapes, dtypes)."""
+
+    key: tuple[Any, ...]
+    captured: Any  # CapturedGraph, or None when capture failed for this layout
+
+
 class IOBinding:
     """Inputs and outputs of one session bound to memory; see the module docstring."""
 
@@ -43,6 +62,7 @@ class IOBinding:
         # Insertion order is the order of get_outputs(); rebinding a name keeps its position.
         self._outputs: dict[str, _BoundOutput] = {}
         self._results: list[OrtValue] = []
+        self._graph: _GraphState | None = None
 
     # -- inputs ---------------------------------------------------------------------------------
     def _check_input_name(self, name: str) -> None:
@@ -96,9 +116,15 @@ class IOBinding:
         self._inputs.clear()
 
     def synchronize_inputs(self) -> None:
-        """Wait for pending work on the devices holding bound inputs (no-op on the CPU)."""
-        for v in self._inputs.values():
-            v._provider.synchronize()
+        """Wait until work pending on the devices of the bound inputs (and the session's device)
+        is done, so the next run reads finished values whatever stream produced them (no-op on
+        the CPU)."""
+        seen: set[tuple[str, int]] = set()
+        for p in [self._session._provider, *(v._provider for v in self._inputs.values())]:
+            key = (p.device_type, p.device_id)
+            if key not in seen:
+                seen.add(key)
+                p.synchronize()
 
     # -- outputs --------------------------------------------------------------------------------
     def _check_output_name(self, name: str) -> None:
@@ -185,10 +211,10 @@ class IOBinding:
         self._results = []
 
     def synchronize_outputs(self) -> None:
-        """Wait until the last run's results are complete on their devices."""
-        self._session._provider.synchronize()
-        for b in self._outputs.values():
-            b.provider.synchronize()
+        """Wait until the last run's results are complete on their devices (the work queued on
+        the session's stream and the output devices' streams)."""
+        for p in [self._session._provider, *(b.provider for b in self._outputs.values())]:
+            _sync_stream(p)
 
     # -- results --------------------------------------------------------------------------------
     def get_outputs(self) -> list[OrtValue]:
@@ -218,7 +244,29 @@ class IOBinding:
             raise InvalidArgument(
                 "run_with_iobinding: at least one output should be requested; call bind_output for each output you need"
             )
-        feeds = {name: sess._prepare_feed(name, v) for name, v in self._inputs.items()}
+        src = sess._provider
+        feeds = {name: sess._prepare_feed(name, self._feed_value(v, src)) for name, v in self._inputs.items()}
+        key = self._graph_key(feeds) if _cuda_graph_enabled(sess) else None
+        state = self._graph
+        if key is not None and state is not None and state.key == key and state.captured is not None:
+            self._results = state.captured.replay()
+        else:
+            self._results = self._run_once(feeds, run_options)
+            if key is not None and (state is None or state.key != key):
+                self._graph = _GraphState(key, self._capture(feeds, run_options))
+        if run_options is None or run_options._config.get("disable_synchronize_execution_providers") != "1":
+            _sync_stream(src)
+
+    def _feed_value(self, v: OrtValue, src: Provider) -> Any:
+        """A bound input as the session takes it: the raw device array when it lives on the
+        session's device (even through another provider object, e.g. a session stream)."""
+        p = v._provider
+        if p is not src and v.is_tensor() and (p.device_type, p.device_id) == (src.device_type, src.device_id):
+            return v._value
+        return v
+
+    def _run_once(self, feeds: dict[str, Any], run_options: RunOptions | None) -> list[OrtValue]:
+        sess = self._session
         names = list(self._outputs)
         bound = list(self._outputs.values())
         values = sess._run_device(names, feeds, run_options)
@@ -239,19 +287,89 @@ class IOBinding:
                     "nothing was written"
                 )
 
-        # 2. Settle aliasing before any write (not needed for a single buffer-bound output).
-        if n_targets != 1 or len(bound) != 1:
-            values = _settle(bound, values, feeds, src)
+        with _scope(src):  # copies below are queued on the session's stream
+            # 2. Settle aliasing before any write (not needed for a single buffer-bound output).
+            if n_targets != 1 or len(bound) != 1:
+                values = _settle(bound, values, feeds, src)
 
-        # 3. Write the bound buffers and wrap the rest.
-        results: list[OrtValue] = []
-        for b, value in zip(bound, values):
-            if b.target is not None:
-                _copy_into(b.target, value, src)
-                results.append(b.target)
+            # 3. Write the bound buffers and wrap the rest.
+            results: list[OrtValue] = []
+            for b, value in zip(bound, values):
+                if b.target is not None:
+                    _copy_into(b.target, value, src)
+                    results.append(b.target)
+                else:
+                    results.append(_wrap_result(value, src, b.provider))
+        return results
+
+    # -- CUDA graphs ---------------------------------------------------------------------------
+    def _graph_key(self, feeds: dict[str, Any]) -> tuple[Any, ...] | None:
+        """What a captured graph depends on: the compiled plan and every bound address, shape
+        and dtype. None (with a warning) when this binding cannot be captured at all."""
+        sess = self._session
+        src = sess._provider
+        _, compiled, plan = sess._resolve_outputs(list(self._outputs))
+        if compiled.placement.mixed:
+            self._graph_refused(
+                "some nodes run on the CPU (" + "; ".join(compiled.placement.fallback[:3]) + "), "
+                "and host work cannot be replayed by a CUDA graph"
+            )
+            return None
+        parts: list[Any] = [id(compiled), id(plan)]
+        for name in sorted(feeds):
+            a = feeds[name]
+            bound = self._inputs[name]
+            if not _same_device(bound._provider, src) or not src.is_device_array(a):
+                # A host input is copied to fresh device memory at every run: nothing to replay.
+                self._graph_refused(f"input '{name}' is not in {src.device_type} memory; bind device memory")
+                return None
+            parts.append((name, src.data_ptr(a), tuple(a.shape), str(a.dtype), tuple(a.strides)))
+        for name, b in self._outputs.items():
+            if b.target is None:
+                parts.append((name, b.provider.device_type, b.provider.device_id))
             else:
-                results.append(_wrap_result(value, src, b.provider))
-        self._results = results
+                t = b.target
+                parts.append((name, t.device_name(), t.data_ptr(), tuple(t.shape()), t.data_type()))
+        return tuple(parts)
+
+    def _graph_refused(self, why: str) -> None:
+        if self._graph is None or self._graph.key != ("refused", why):
+            warnings.warn(
+                f"enable_cuda_graph: this IOBinding runs without a CUDA graph: {why}", RuntimeWarning, stacklevel=4
+            )
+            self._graph = _GraphState(("refused", why), None)
+
+    def _capture(self, feeds: dict[str, Any], run_options: RunOptions | None) -> Any:
+        """Record the run into a CUDA graph (the results of this call already came from a
+        regular run, which also compiled every kernel); None if the run cannot be captured."""
+        provider = self._session._provider
+        try:
+            return provider.capture(lambda: self._run_once(feeds, run_options))
+        except Exception as e:  # noqa: BLE001 - a sync during capture, an unsupported call...
+            warnings.warn(
+                f"enable_cuda_graph: the run could not be captured into a CUDA graph ({type(e).__name__}: {e}); "
+                "this binding layout runs without one",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return None
+
+
+def _cuda_graph_enabled(sess: InferenceSession) -> bool:
+    if not sess._provider_options or not hasattr(sess._provider, "capture"):
+        return False
+    return cuda_graph_option(sess._provider_options[0])
+
+
+def _scope(provider: Provider) -> AbstractContextManager[Any]:
+    activate = getattr(provider, "activate", None)
+    return activate() if activate is not None else nullcontext()
+
+
+def _sync_stream(provider: Provider) -> None:
+    sync = getattr(provider, "synchronize_stream", None)
+    if sync is not None:
+        sync()
 
 
 def _settle(bound: list[_BoundOutput], values: list[Any], feeds: dict[str, Any], src: Provider) -> list[Any]:
@@ -312,20 +430,28 @@ def _describe(arr: Any) -> str:
     return f"{kind} {list(arr.shape)}"
 
 
+def _same_device(a: Provider, b: Provider) -> bool:
+    return a is b or (a.device_type, a.device_id) == (b.device_type, b.device_id)
+
+
 def _copy_into(target: OrtValue, value: Any, src: Provider) -> None:
     """Write ``value`` into the bound buffer once (nothing to do if it already is that buffer)."""
     t = target._value
     dst = target._provider
     if value is t or not t.size:
         return
-    if dst is src or dst.device_type == src.device_type:
-        if dst.may_share_memory(t, value) and _same_memory(dst, t, value):
+    if _same_device(dst, src):
+        if src.may_share_memory(t, value) and _same_memory(src, t, value):
             return  # the kernel already wrote there (or the bound input is the bound output)
-        dst.copy_into(t, value)  # a partial overlap is handled by the copy
+        src.copy_into(t, value)  # on the session's stream; a partial overlap is handled by the copy
     elif dst.device_type == "cpu":
-        np.copyto(t, src.to_host(value))
+        to_host_into = getattr(src, "copy_to_host", None)
+        if to_host_into is not None:
+            to_host_into(t, value)  # device -> the bound host buffer, no temporary
+        else:
+            np.copyto(t, src.to_host(value))
     else:
-        dst.copy_into(t, dst.from_host(src.to_host(value)))
+        dst.copy_into(t, src.to_host(value))  # host (or another device) -> the bound device buffer
 
 
 def _same_memory(p: Provider, a: Any, b: Any) -> bool:
@@ -347,7 +473,7 @@ def _wrap_result(value: Any, src: Provider, dst: Provider) -> OrtValue:
 
 
 def _move(value: Any, src: Provider, dst: Provider) -> Any:
-    if src is dst or src.device_type == dst.device_type:
+    if _same_device(src, dst):
         return value
     if dst.device_type == "cpu":
         return src.to_host(value)

@@ -3,6 +3,11 @@
 On the CPU an OrtValue made from a C-contiguous numpy array of a supported dtype wraps that
 array without copying (``data_ptr()`` equals the array's address and later changes to the array
 are seen by the next run, as in onnxruntime). An OrtValue keeps whatever owns its memory alive.
+
+On "cuda" an OrtValue holds a CuPy array: ``ortvalue_from_numpy`` copies to the device (the copy
+is complete when it returns), ``numpy()`` copies back, ``data_ptr()`` is the device address and
+``ortvalue_from_shape_and_type`` allocates device memory. Device work is queued on the provider's
+stream; ``__dlpack__(stream=s)`` makes the consumer's stream ``s`` wait for it.
 """
 
 from __future__ import annotations
@@ -125,7 +130,13 @@ class OrtValue:
             if arr.flags.c_contiguous and arr.flags.aligned:
                 return OrtValue(arr, provider, owner=numpy_obj)
             return OrtValue(np.ascontiguousarray(arr), provider)
-        return OrtValue(provider.from_host(np.ascontiguousarray(arr)), provider)
+        value = provider.from_host(np.ascontiguousarray(arr))
+        if not provider.is_device_array(value):
+            raise InvalidArgument(
+                f"ortvalue_from_numpy: {dtypes.dtype_string(arr.dtype)} tensors cannot live on "
+                f"'{provider.device_type}' (CuPy has no such element type); keep them on 'cpu'"
+            )
+        return OrtValue(value, provider)
 
     @staticmethod
     def ortvalue_from_numpy_with_onnx_type(data: Any, onnx_element_type: int) -> OrtValue:
@@ -150,8 +161,13 @@ class OrtValue:
         dims = _check_shape(shape, "ortvalue_from_shape_and_type")
         provider = provider_for_device(device_type, device_id)
         if dt.hasobject:
+            if provider.device_type != "cpu":
+                raise InvalidArgument(f"ortvalue_from_shape_and_type: string tensors cannot live on '{device_type}'")
             return OrtValue(np.full(dims, "", dtype=object), provider)
-        return OrtValue(provider.empty(dims, dt), provider)
+        try:
+            return OrtValue(provider.empty(dims, dt), provider)
+        except TypeError as e:  # an element type the device cannot hold
+            raise InvalidArgument(f"ortvalue_from_shape_and_type: {e}") from None
 
     @staticmethod
     def from_dlpack(data: Any, is_bool_tensor: bool = False) -> OrtValue:
@@ -179,7 +195,10 @@ class OrtValue:
         return self._provider.device_type
 
     def device(self) -> OrtDevice:
-        return OrtDevice.make(self._provider.device_type, self._provider.device_id)
+        kind = self._provider.device_type
+        if kind in _DEVICE_TYPES:
+            return OrtDevice.make(kind, self._provider.device_id)
+        return OrtDevice(OrtDevice.GPU, 0, 0, self._provider.device_id)  # a registered device provider
 
     def shape(self) -> list[int]:
         return [int(d) for d in self._tensor("shape").shape]
@@ -244,8 +263,16 @@ class OrtValue:
             )
         if not self._provider.writeable(t):
             raise InvalidArgument("update_inplace: this OrtValue's memory is read-only")
-        if src_provider.device_type != self._provider.device_type:
-            src = self._provider.from_host(np.ascontiguousarray(src_provider.to_host(src)))
+        same_device = (src_provider.device_type, src_provider.device_id) == (
+            self._provider.device_type,
+            self._provider.device_id,
+        )
+        if not same_device:
+            # One host -> device (or device -> host) copy straight into this OrtValue's memory.
+            src = np.ascontiguousarray(src_provider.to_host(src))
+            if self._provider.device_type == "cpu":
+                np.copyto(t, src.reshape(t.shape))
+                return
         self._provider.copy_into(t, src.reshape(t.shape))
 
     # -- interop -------------------------------------------------------------------------------
@@ -266,6 +293,17 @@ class OrtValue:
         self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: bool | None = None
     ) -> Any:
         t = self._tensor("__dlpack__")
+        if self._provider.device_type != "cpu":
+            # The producer side is this provider's stream: with it current, CuPy makes the
+            # consumer's ``stream`` wait for the work queued there (DLPack's stream contract).
+            activate = getattr(self._provider, "activate", None)
+            if activate is not None:
+                with activate():
+                    return self._export_dlpack(t, stream, max_version, dl_device, copy)
+        return self._export_dlpack(t, stream, max_version, dl_device, copy)
+
+    @staticmethod
+    def _export_dlpack(t: Any, stream: Any, max_version: Any, dl_device: Any, copy: bool | None) -> Any:
         kwargs: dict[str, Any] = {}
         if stream is not None:
             kwargs["stream"] = stream

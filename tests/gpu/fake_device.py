@@ -57,6 +57,12 @@ def _device_op() -> None:
         FakeGPUProvider.outside_scope += 1
 
 
+def _no_sync(what: str) -> None:
+    """CUDA refuses synchronizing calls while a stream is being captured; so does the fake."""
+    if getattr(_state, "capturing", False):
+        raise RuntimeError(f"{what} synchronizes with the device, which is not allowed during CUDA graph capture")
+
+
 def _check_dtype(dt: np.dtype) -> None:
     if not device_supports_dtype(dt):
         raise FakeDeviceError(f"the fake device cannot hold {dt} (CuPy cannot)")
@@ -158,6 +164,7 @@ class FakeArray:
 
     def get(self, stream: Any = None, order: str = "C", out: np.ndarray | None = None, blocking: bool = True) -> Any:
         _device_op()
+        _no_sync("ndarray.get()")
         if out is not None:
             np.copyto(out, self._a)
             return out
@@ -168,9 +175,11 @@ class FakeArray:
         np.copyto(self._a, np.asarray(arr))
 
     def item(self) -> Any:
+        _no_sync("ndarray.item()")
         return self._a.item()
 
     def tolist(self) -> Any:
+        _no_sync("ndarray.tolist()")
         return self._a.tolist()
 
     def __getattr__(self, name: str) -> Any:
@@ -207,12 +216,15 @@ class FakeArray:
             yield _wrap(row)
 
     def __bool__(self) -> bool:
+        _no_sync("bool(array)")
         return bool(self._a)
 
     def __int__(self) -> int:
+        _no_sync("int(array)")
         return int(self._a)
 
     def __float__(self) -> float:
+        _no_sync("float(array)")
         return float(self._a)
 
     def __complex__(self) -> complex:
@@ -440,6 +452,8 @@ class FakeGPUProvider(Provider):
         self.stream_syncs = 0
         self.uploads = 0
         self.downloads = 0
+        self.captures = 0
+        self.replays = 0
 
     @contextlib.contextmanager
     def activate(self) -> Iterator[None]:
@@ -500,10 +514,15 @@ class FakeGPUProvider(Provider):
             return FakeArray(np.empty(shape, dtype=dtype))
 
     def copy_into(self, dst: Any, src: Any) -> None:
-        if not isinstance(dst, FakeArray) or not isinstance(src, FakeArray):
-            raise FakeDeviceError(f"copy_into needs device arrays, got {type(dst).__name__} <- {type(src).__name__}")
+        """Like CUDAProvider.copy_into: into a device array, from a device or a host array."""
+        if not isinstance(dst, FakeArray):
+            raise FakeDeviceError(f"copy_into needs a device destination, got {type(dst).__name__}")
+        if isinstance(src, np.ndarray):
+            self.uploads += 1
+        elif not isinstance(src, FakeArray):
+            raise FakeDeviceError(f"copy_into got a {type(src).__name__} source")
         with self.activate():
-            np.copyto(dst._a, src._a)
+            np.copyto(dst._a, src._a if isinstance(src, FakeArray) else src)
 
     def data_ptr(self, array: Any) -> int:
         return int(array._a.__array_interface__["data"][0]) if array.size else 0
@@ -518,6 +537,34 @@ class FakeGPUProvider(Provider):
 
     def supports_dtype(self, dtype: Any) -> bool:
         return device_supports_dtype(dtype)
+
+    def capture(self, fn: Any) -> _FakeGraph:
+        """Like CUDAProvider.capture, as far as a CPU can: ``fn`` runs now (the fake cannot defer
+        work) with synchronizing calls refused, and replays run it again, writing the new
+        results into the captured arrays (a replayed CUDA graph reuses its addresses)."""
+        self.captures += 1
+        _state.capturing = True
+        try:
+            result = fn()
+        finally:
+            _state.capturing = False
+        return _FakeGraph(self, fn, result)
+
+
+class _FakeGraph:
+    def __init__(self, provider: FakeGPUProvider, fn: Any, result: Any) -> None:
+        self.provider = provider
+        self.fn = fn
+        self.result = result
+
+    def replay(self) -> Any:
+        self.provider.replays += 1
+        fresh = self.fn()
+        for old, new in zip(self.result, fresh):
+            a, b = getattr(old, "_value", old), getattr(new, "_value", new)
+            if isinstance(a, FakeArray) and isinstance(b, FakeArray) and a is not b:
+                np.copyto(a._a, b._a)
+        return self.result
 
 
 def install() -> None:
