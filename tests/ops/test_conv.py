@@ -93,6 +93,11 @@ CONV_CASES = [
     ("im2col", (2, 3, 9, 8), (4, 3, 3, 3), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     ("im2col_grouped_dilated_strided", (2, 6, 13, 12), (8, 3, 3, 2), 2, [2, 3], [1, 2, 3, 0], [2, 2]),
     ("im2col_asymmetric_pads", (1, 2, 6, 6), (3, 2, 2, 3), 1, [1, 1], [0, 2, 3, 1], [1, 1]),
+    ("padded_width_dilated_grouped", (2, 8, 10, 9), (6, 4, 3, 2), 2, [1, 1], [2, 1, 0, 3], [2, 3]),
+    ("padded_width_no_pad", (1, 5, 6, 7), (3, 5, 2, 2), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
+    ("winograd", (2, 64, 7, 9), (64, 64, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
+    ("winograd_odd_asymmetric", (1, 64, 5, 6), (72, 64, 3, 3), 1, [1, 1], [0, 1, 2, 0], [1, 1]),
+    ("winograd_unpadded", (1, 96, 8, 8), (64, 96, 3, 3), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     ("conv1d", (2, 4, 17), (6, 2, 4), 2, [3], [2, 1], [2]),
     ("conv3d", (1, 4, 5, 6, 7), (4, 2, 2, 3, 2), 2, [1, 2, 1], [1, 0, 1, 0, 1, 1], [2, 1, 1]),
     ("depthwise_3d", (1, 3, 4, 5, 6), (3, 1, 2, 2, 2), 3, [1, 1, 2], [0, 1, 0, 1, 0, 1], [1, 2, 1]),
@@ -343,3 +348,39 @@ def _col2im_reference(
             idx = tuple(bpos[i] * s[i] + kpos[i] * d[i] for i in range(nd))
             out[(slice(None), slice(None), *idx)] += col[:, :, ki, li]
     return out[(slice(None), slice(None), *(slice(p[i], p[i] + image[i]) for i in range(nd)))]
+
+
+def test_each_fast_path_is_chosen_where_expected() -> None:
+    """The cases above only test the fast paths if the dispatcher really picks them."""
+    from onnxpy.ops import conv as conv_mod
+
+    assert conv_mod._winograd_suits([3, 3], [1, 1], [1, 1], 64, 64, [7, 9])
+    assert not conv_mod._winograd_suits([3, 3], [1, 1], [1, 1], 64, 64, [56, 56])  # large image: im2col
+    assert not conv_mod._winograd_suits([3, 3], [2, 2], [1, 1], 256, 256, [7, 7])
+    assert not conv_mod._winograd_suits([3, 3], [1, 1], [1, 1], 32, 64, [7, 7])
+    calls: list[str] = []
+    originals = {
+        name: getattr(conv_mod, name)
+        for name in ("_winograd_f2x3", "_conv2d_padded_width", "_im2col_gemm", "_depthwise")
+    }
+
+    def spy(name: str) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return originals[name](*args, **kwargs)
+
+        return wrapped
+
+    rng = np.random.default_rng(3)
+    try:
+        for name in originals:
+            setattr(conv_mod, name, spy(name))
+        x = rng.standard_normal((1, 64, 6, 6)).astype(np.float32)
+        conv_mod.conv_nd(np, x, rng.standard_normal((64, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
+        conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
+        conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), strides=[2, 2])
+        conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64)
+    finally:
+        for name, fn in originals.items():
+            setattr(conv_mod, name, fn)
+    assert calls == ["_winograd_f2x3", "_conv2d_padded_width", "_im2col_gemm", "_depthwise"]
