@@ -4,6 +4,7 @@ from . import (  # noqa: F401 - importing registers the kernels
     control_flow,
     conv,
     conv_extra,
+    cuda_kernels,
     device,
     elementwise,
     fused,
