@@ -191,8 +191,7 @@ class InferenceSession:
         # Outputs declared without a shape report the inferred one, as onnxruntime does.
         self._outputs = []
         for vi in model.graph.output:
-            declared = vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
-            if not declared and vi.name in graph.types:
+            if vi.name in graph.types:  # declared and inferred shapes merged (ir.graph.merge_shapes)
                 vi = onnx.helper.make_value_info(vi.name, graph.types[vi.name])
             self._outputs.append(_node_arg(vi))
         types = {vi.name: vi.type for vi in model.graph.input}

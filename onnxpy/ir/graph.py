@@ -68,7 +68,23 @@ class Graph:
 
     def clone(self) -> Graph:
         """A copy whose nodes, lists and dicts can be changed freely; arrays are shared (never
-        modified in place by anyone)."""
+        modified in place by anyone). Nested subgraphs are copied too, without recursion."""
+        top = self._shallow_copy()
+        stack = [top]
+        while stack:
+            g = stack.pop()
+            for n in g.nodes:
+                for k, v in n.attrs.items():
+                    if isinstance(v, Graph):
+                        n.attrs[k] = c = v._shallow_copy()
+                        stack.append(c)
+                    elif isinstance(v, list) and v and isinstance(v[0], Graph):
+                        n.attrs[k] = cs = [x._shallow_copy() for x in v]
+                        stack.extend(cs)
+        return top
+
+    def _shallow_copy(self) -> Graph:
+        """Own nodes, lists and dicts; subgraph attributes still the original objects."""
         return Graph(
             name=self.name,
             nodes=[_clone_node(n) for n in self.nodes],
@@ -125,21 +141,11 @@ class Graph:
 
 
 def _clone_node(n: Node) -> Node:
-    attrs = {
-        k: (
-            v.clone()
-            if isinstance(v, Graph)
-            else [g.clone() for g in v]
-            if isinstance(v, list) and v and isinstance(v[0], Graph)
-            else v
-        )
-        for k, v in n.attrs.items()
-    }
     return Node(
         op_type=n.op_type,
         inputs=list(n.inputs),
         outputs=list(n.outputs),
-        attrs=attrs,
+        attrs=dict(n.attrs),
         name=n.name,
         domain=n.domain,
         opset=n.opset,
@@ -149,15 +155,42 @@ def _clone_node(n: Node) -> Node:
     )
 
 
+def iter_graphs(graph: Graph) -> Iterator[Graph]:
+    """``graph`` and every subgraph nested in it, each parent before its children (no recursion:
+    hostile models nest thousands of levels deep)."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        yield g
+        for n in g.nodes:
+            stack.extend(n.subgraphs())
+
+
+def nesting_depth(graph: Graph) -> int:
+    """How many levels of subgraphs ``graph`` holds (0: none)."""
+    deepest = 0
+    stack = [(graph, 0)]
+    while stack:
+        g, d = stack.pop()
+        deepest = max(deepest, d)
+        for n in g.nodes:
+            stack.extend((sub, d + 1) for sub in n.subgraphs())
+    return deepest
+
+
 def free_names(graph: Graph) -> set[str]:
     """Names a (sub)graph reads but does not define: the values it takes from outer scopes."""
-    defined = graph.defined_names()
-    used: set[str] = set()
-    for n in graph.nodes:
-        used.update(i for i in n.inputs if i)
-        used |= free_names_of_subgraphs(n)
-    used.update(graph.outputs)
-    return used - defined
+    # Children before parents, so each graph folds in its subgraphs' results (no recursion).
+    order = list(iter_graphs(graph))
+    free: dict[int, set[str]] = {}
+    for g in reversed(order):
+        used: set[str] = set(g.outputs)
+        for n in g.nodes:
+            used.update(i for i in n.inputs if i)
+            for sub in n.subgraphs():
+                used |= free[id(sub)]
+        free[id(g)] = used - g.defined_names()
+    return free[id(graph)]
 
 
 def free_names_of_subgraphs(node: Node) -> set[str]:
@@ -295,6 +328,8 @@ def graph_from_proto(
     for name, tp in inferred.items():
         if name not in types or not _has_shape(types[name]):
             types[name] = tp
+        else:
+            types[name] = merge_shapes(types[name], tp)
     nodes = [node_from_proto(p, opsets, inferred) for p in gp.node]
     return Graph(
         name=gp.name,
@@ -306,6 +341,28 @@ def graph_from_proto(
         opsets=dict(opsets),
         doc_string=gp.doc_string,
     )
+
+
+def merge_shapes(declared: TypeProto, inferred: TypeProto) -> TypeProto:
+    """Combine a declared tensor type with the inferred one, dimension by dimension, as
+    onnxruntime reports them: an inferred size beats a declared name; a declared size or name
+    beats an inferred name; an inferred name fills a dimension declared unknown."""
+    if not (_has_shape(declared) and _has_shape(inferred)):
+        return declared
+    ddims = declared.tensor_type.shape.dim
+    idims = inferred.tensor_type.shape.dim
+    if len(ddims) != len(idims):
+        return declared
+    out = TypeProto()
+    out.CopyFrom(declared)
+    for d, i in zip(out.tensor_type.shape.dim, idims):
+        if i.HasField("dim_value"):
+            d.dim_value = i.dim_value
+        elif d.HasField("dim_value") or d.HasField("dim_param"):
+            continue
+        elif i.HasField("dim_param"):
+            d.dim_param = i.dim_param
+    return out
 
 
 def _has_shape(tp: TypeProto) -> bool:

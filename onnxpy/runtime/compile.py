@@ -70,6 +70,23 @@ def _weightless_copy(model: ModelProto) -> ModelProto:
     return light
 
 
+def _forget_invented_dims(graph: onnx.GraphProto) -> None:
+    """onnx's inference names dimensions it cannot tell 'unk__N'; they mean unknown."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for vi in [*g.value_info, *g.output]:
+            if vi.type.HasField("tensor_type"):
+                for d in vi.type.tensor_type.shape.dim:
+                    if d.HasField("dim_param") and d.dim_param.startswith("unk__"):
+                        d.ClearField("dim_param")
+        for node in g.node:
+            for a in node.attribute:
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
+
+
 def infer_types(model: ModelProto) -> dict[str, onnx.TypeProto]:
     """Types of intermediate values in every (sub)graph, from onnx's shape inference (empty where
     it cannot say). Value names are unique across scopes in valid ONNX, so one table serves all."""
@@ -80,6 +97,7 @@ def infer_types(model: ModelProto) -> dict[str, onnx.TypeProto]:
     except Exception:  # noqa: BLE001 - inference is a help, not a requirement
         return {}
     out: dict[str, onnx.TypeProto] = {}
+    _forget_invented_dims(inferred.graph)
     stack = [inferred.graph]
     while stack:
         g = stack.pop()
