@@ -465,6 +465,8 @@ def _same_memory(p: Provider, a: Any, b: Any) -> bool:
 
 
 def _wrap_result(value: Any, src: Provider, dst: Provider) -> OrtValue:
+    if _same_device(src, dst):
+        dst = src  # the session's provider: its stream is the one that produced the value
     if value is None:
         return OrtValue(None, dst)
     if isinstance(value, list):
