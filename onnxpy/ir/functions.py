@@ -59,19 +59,35 @@ def expand_functions(
     _depth: int = 0,
     _counter: itertools.count[int] | None = None,
 ) -> None:
-    """Inline function calls in ``graph`` (and its subgraphs) in place."""
+    """Inline function calls in ``graph`` (and its subgraphs) in place.
+
+    Subgraphs are visited from a work list, not by recursion, so any nesting depth works.
+    """
     # One counter for the whole model keeps every call's prefix unique across scopes.
     counter = itertools.count() if _counter is None else _counter
+    graphs: list[tuple[Graph, int]] = [(graph, _depth)]
+    while graphs:
+        g, depth = graphs.pop()
+        _expand_one(g, local, has_kernel, depth, counter, graphs)
+
+
+def _expand_one(
+    graph: Graph,
+    local: dict[FunctionKey, FunctionProto],
+    has_kernel: Callable[[Node], bool],
+    base_depth: int,
+    counter: itertools.count[int],
+    subgraphs: list[tuple[Graph, int]],
+) -> None:
     out: list[Node] = []
     work = list(reversed(graph.nodes))
     depth_of: dict[int, int] = {}
     while work:
         node = work.pop()
-        depth = depth_of.pop(id(node), _depth)
+        depth = depth_of.pop(id(node), base_depth)
         found = _function_for(node, local, has_kernel, graph)
         if found is None:
-            for g in node.subgraphs():
-                expand_functions(g, local, has_kernel, depth, counter)
+            subgraphs.extend((g, depth) for g in node.subgraphs())
             out.append(node)
             continue
         if depth >= MAX_DEPTH:
@@ -189,8 +205,21 @@ def _resolve_attributes(
     name_of: Callable[[str], str],
     prefix: str,
 ) -> None:
-    """Set ``p``'s attributes from ``attributes``: references resolved, subgraphs renamed."""
+    """Set ``p``'s attributes from ``attributes``: references resolved, subgraphs renamed.
+
+    Nested subgraphs are renamed from a work list, not by recursion."""
+    graphs = _set_attributes(p, attributes, attribute_for)
+    while graphs:
+        graphs.extend(_rename_graph(graphs.pop(), attribute_for, name_of, prefix))
+
+
+def _set_attributes(
+    p: NodeProto, attributes: Iterable[AttributeProto], attribute_for: Callable[[str], AttributeProto | None]
+) -> list[GraphProto]:
+    """Replace ``p``'s attributes (references resolved); return the subgraphs of the body's own
+    graph attributes, as they now live inside ``p``, still to be renamed."""
     resolved: list[AttributeProto] = []
+    own: list[int] = []
     for a in attributes:
         na = AttributeProto()
         if a.ref_attr_name:
@@ -203,11 +232,12 @@ def _resolve_attributes(
             na.doc_string = a.doc_string
         else:
             na.CopyFrom(a)
-            for g in _graphs_of(na):
-                _rename_graph(g, attribute_for, name_of, prefix)
+            own.append(len(resolved))
         resolved.append(na)
     del p.attribute[:]
     p.attribute.extend(resolved)
+    # The caller's attributes (references) keep the caller's names; the body's are renamed.
+    return [g for i in own for g in _graphs_of(p.attribute[i])]
 
 
 def _graphs_of(a: AttributeProto) -> list[GraphProto]:
@@ -223,8 +253,9 @@ def _rename_graph(
     attribute_for: Callable[[str], AttributeProto | None],
     name_of: Callable[[str], str],
     prefix: str,
-) -> None:
-    """Rename every value of a body node's subgraph through the call's mapping.
+) -> list[GraphProto]:
+    """Rename every value of a body node's subgraph through the call's mapping; return its
+    nested subgraphs, still to be renamed.
 
     Function bodies are SSA across scopes (a subgraph never redefines an outer name), so one
     mapping serves local and outer names alike: locals get the call's prefix, reads of function
@@ -237,6 +268,7 @@ def _rename_graph(
     for sp in g.sparse_initializer:
         sp.values.name = name_of(sp.values.name)
         sp.indices.name = name_of(sp.indices.name)
+    nested: list[GraphProto] = []
     for n in g.node:
         ins = [name_of(v) for v in n.input]
         outs = [name_of(v) for v in n.output]
@@ -246,5 +278,5 @@ def _rename_graph(
         n.output.extend(outs)
         if n.name:
             n.name = prefix + n.name
-        attrs = list(n.attribute)
-        _resolve_attributes(n, attrs, attribute_for, name_of, prefix)
+        nested.extend(_set_attributes(n, list(n.attribute), attribute_for))
+    return nested

@@ -8,6 +8,7 @@ those, ``Graph`` for subgraphs and ``TypeProto`` for type attributes.
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,6 +181,11 @@ def nesting_depth(graph: Graph) -> int:
 
 def free_names(graph: Graph) -> set[str]:
     """Names a (sub)graph reads but does not define: the values it takes from outer scopes."""
+    return free_names_table(graph)[id(graph)]
+
+
+def free_names_table(graph: Graph) -> dict[int, set[str]]:
+    """free_names of ``graph`` and of every subgraph in it, by ``id(subgraph)``, in one pass."""
     # Children before parents, so each graph folds in its subgraphs' results (no recursion).
     order = list(iter_graphs(graph))
     free: dict[int, set[str]] = {}
@@ -190,7 +196,7 @@ def free_names(graph: Graph) -> set[str]:
             for sub in n.subgraphs():
                 used |= free[id(sub)]
         free[id(g)] = used - g.defined_names()
-    return free[id(graph)]
+    return free
 
 
 def free_names_of_subgraphs(node: Node) -> set[str]:
@@ -221,25 +227,80 @@ def tensor_to_array(t: TensorProto, what: str = "") -> np.ndarray:
     return arr
 
 
+# Most bytes a sparse tensor may expand to (it is stored densely): a tiny model must not be
+# able to ask for terabytes. Half of physical memory, like the session's allocation budget.
+def _dense_limit() -> int:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+MAX_DENSE_BYTES = _dense_limit()
+
+
 def sparse_to_array(sp: Any, what: str = "") -> np.ndarray:
-    values = tensor_to_array(sp.values, what)
-    indices = tensor_to_array(sp.indices, what).astype(np.int64)
+    name = what or sp.values.name or "<unnamed>"
+    values = tensor_to_array(sp.values, what).reshape(-1)
+    indices = tensor_to_array(sp.indices, what)
     dims = tuple(int(d) for d in sp.dims)
+    if any(d < 0 for d in dims):
+        raise Fail(f"sparse tensor '{name}' has a negative dimension: {list(dims)}")
+    count = 1
+    for d in dims:
+        count *= d
+    if count * values.dtype.itemsize > MAX_DENSE_BYTES:
+        raise Fail(
+            f"sparse tensor '{name}': dims {list(dims)} of {values.dtype} need {count * values.dtype.itemsize} bytes "
+            f"once dense, over the limit of {MAX_DENSE_BYTES}"
+        )
+    if indices.dtype.kind not in "iu":
+        raise Fail(f"sparse tensor '{name}': indices must be integers, got {indices.dtype}")
+    indices = indices.astype(np.int64)
+    if indices.ndim == 2 and indices.shape[1] != len(dims):
+        raise Fail(
+            f"sparse tensor '{name}': indices of shape {list(indices.shape)} do not index a tensor of rank {len(dims)}"
+        )
+    if indices.ndim not in (1, 2) or indices.shape[0] != values.size:
+        raise Fail(
+            f"sparse tensor '{name}': {values.size} values but indices of shape {list(indices.shape)} "
+            "(expected [NNZ] or [NNZ, rank])"
+        )
     dense = np.zeros(dims, dtype=values.dtype)
     flat = dense.reshape(-1)
     if indices.ndim == 2:
-        if indices.size and (indices.min() < 0 or np.any(indices >= np.array(dims))):
-            raise Fail(f"sparse tensor '{what}': an index lies outside dims {list(dims)}")
+        if indices.size and (indices.min() < 0 or np.any(indices >= np.array(dims, dtype=np.int64))):
+            raise Fail(f"sparse tensor '{name}': an index lies outside dims {list(dims)}")
         lin = np.ravel_multi_index(tuple(indices.T), dims) if indices.size else indices.reshape(-1)
     else:
         if indices.size and (indices.min() < 0 or indices.max() >= flat.size):
-            raise Fail(f"sparse tensor '{what}': an index lies outside dims {list(dims)}")
+            raise Fail(f"sparse tensor '{name}': an index lies outside dims {list(dims)}")
         lin = indices
-    flat[lin] = values.reshape(-1)
+    flat[lin] = values
     return dense
 
 
+# A subgraph attribute whose Graph is built later: (proto, where the Graph goes, key in it).
+_Pending = list[tuple[GraphProto, Any, Any]]
+
+
 def decode_attribute(a: AttributeProto, opsets: dict[str, int], inferred: dict[str, TypeProto] | None = None) -> Any:
+    pending: _Pending = []
+    value = _decode(a, pending)
+    if isinstance(value, _Slot):  # a GRAPH attribute: its one pending entry goes here
+        holder: dict[str, Any] = {}
+        pending[0] = (pending[0][0], holder, "value")
+        _build_pending(pending, opsets, inferred or {})
+        return holder["value"]
+    _build_pending(pending, opsets, inferred or {})
+    return value
+
+
+class _Slot:
+    """Placeholder for a subgraph not built yet."""
+
+
+def _decode(a: AttributeProto, pending: _Pending) -> Any:
     t = a.type
     if t == AttributeProto.FLOAT:
         return float(a.f)
@@ -250,7 +311,8 @@ def decode_attribute(a: AttributeProto, opsets: dict[str, int], inferred: dict[s
     if t == AttributeProto.TENSOR:
         return tensor_to_array(a.t, a.name)
     if t == AttributeProto.GRAPH:
-        return graph_from_proto(a.g, opsets, inferred or {})
+        pending.append((a.g, None, None))  # the caller says where it goes
+        return _Slot()
     if t == AttributeProto.SPARSE_TENSOR:
         return sparse_to_array(a.sparse_tensor, a.name)
     if t == AttributeProto.TYPE_PROTO:
@@ -264,7 +326,9 @@ def decode_attribute(a: AttributeProto, opsets: dict[str, int], inferred: dict[s
     if t == AttributeProto.TENSORS:
         return [tensor_to_array(x, a.name) for x in a.tensors]
     if t == AttributeProto.GRAPHS:
-        return [graph_from_proto(g, opsets, inferred or {}) for g in a.graphs]
+        out: list[Any] = [None] * len(a.graphs)
+        pending.extend((g, out, i) for i, g in enumerate(a.graphs))
+        return out
     if t == AttributeProto.SPARSE_TENSORS:
         return [sparse_to_array(x, a.name) for x in a.sparse_tensors]
     if t == AttributeProto.TYPE_PROTOS:
@@ -280,6 +344,13 @@ def _decode_str(b: bytes) -> str | bytes:
 
 
 def node_from_proto(p: NodeProto, opsets: dict[str, int], inferred: dict[str, TypeProto] | None = None) -> Node:
+    pending: _Pending = []
+    node = _node(p, opsets, pending)
+    _build_pending(pending, opsets, inferred or {})
+    return node
+
+
+def _node(p: NodeProto, opsets: dict[str, int], pending: _Pending) -> Node:
     domain = normalize_domain(p.domain)
     attrs: dict[str, Any] = {}
     attr_types: dict[str, int] = {}
@@ -290,7 +361,13 @@ def node_from_proto(p: NodeProto, opsets: dict[str, int], inferred: dict[str, Ty
             )
         if a.name in attrs:
             raise InvalidGraph(f"node '{p.name}' ({p.op_type}) has attribute '{a.name}' twice")
-        attrs[a.name] = decode_attribute(a, opsets, inferred)
+        n_pending = len(pending)
+        value = _decode(a, pending)
+        if isinstance(value, _Slot):
+            gp = pending[n_pending][0]
+            pending[n_pending] = (gp, attrs, a.name)
+            value = None
+        attrs[a.name] = value
         attr_types[a.name] = a.type
     return Node(
         op_type=p.op_type,
@@ -309,8 +386,34 @@ def node_from_proto(p: NodeProto, opsets: dict[str, int], inferred: dict[str, Ty
 def graph_from_proto(
     gp: GraphProto, opsets: dict[str, int], inferred: dict[str, TypeProto], release_data: bool = False
 ) -> Graph:
-    """Build a Graph. ``release_data`` clears each initializer's bytes from ``gp`` once decoded
-    (for a proto the caller owns and will not use again)."""
+    """Build a Graph and its subgraphs. ``release_data`` clears each top-level initializer's
+    bytes from ``gp`` once decoded (for a proto the caller owns and will not use again).
+
+    Subgraphs are built from a work list, not by recursion, so any nesting depth works.
+    """
+    pending: _Pending = []
+    holder: dict[str, Any] = {}
+    pending.append((gp, holder, "graph"))
+    _build_pending(pending, opsets, inferred, release_data)
+    return holder["graph"]
+
+
+def _build_pending(
+    pending: _Pending, opsets: dict[str, int], inferred: dict[str, TypeProto], release_top: bool = False
+) -> None:
+    built: list[Graph] = []
+    first = True
+    while pending:
+        gp, slot, key = pending.pop()
+        g = _graph(gp, opsets, pending, release_top and first)
+        first = False
+        slot[key] = g
+        built.append(g)
+    if inferred:
+        _add_inferred_types(built, inferred)
+
+
+def _graph(gp: GraphProto, opsets: dict[str, int], pending: _Pending, release_data: bool) -> Graph:
     initializers: dict[str, np.ndarray] = {}
     for t in gp.initializer:
         if t.name in initializers:
@@ -320,17 +423,14 @@ def graph_from_proto(
             # The array holds a copy now: drop the proto's bytes so weights exist once at a time.
             t.ClearField("raw_data")
     for sp in gp.sparse_initializer:
+        if sp.values.name in initializers:
+            raise InvalidGraph(f"graph '{gp.name}': initializer '{sp.values.name}' is defined twice")
         initializers[sp.values.name] = sparse_to_array(sp, sp.values.name)
     types: dict[str, TypeProto] = {}
     for vi in _value_infos(gp):
         if vi.HasField("type"):
             types[vi.name] = vi.type
-    for name, tp in inferred.items():
-        if name not in types or not _has_shape(types[name]):
-            types[name] = tp
-        else:
-            types[name] = merge_shapes(types[name], tp)
-    nodes = [node_from_proto(p, opsets, inferred) for p in gp.node]
+    nodes = [_node(p, opsets, pending) for p in gp.node]
     return Graph(
         name=gp.name,
         nodes=nodes,
@@ -341,6 +441,33 @@ def graph_from_proto(
         opsets=dict(opsets),
         doc_string=gp.doc_string,
     )
+
+
+def _add_inferred_types(built: list[Graph], inferred: dict[str, TypeProto]) -> None:
+    """Give each graph the inferred types of the names it sees: its own values and the outer
+    ones it (or a subgraph of it) reads. Looking up only those keeps the work linear in the
+    model's size however many subgraphs it has."""
+    # ``built`` lists parents before children: walk it backwards to fold in children's free names.
+    free: dict[int, set[str]] = {}
+    for g in reversed(built):
+        names = set(g.inputs) | set(g.outputs) | set(g.initializers)
+        outer: set[str] = set()
+        for n in g.nodes:
+            names.update(n.inputs)
+            names.update(n.outputs)
+            for sub in n.subgraphs():
+                outer |= free.get(id(sub), set())
+        local = g.defined_names()
+        free[id(g)] = (names | outer) - local
+        types = g.types
+        for name in names | outer:
+            tp = inferred.get(name)
+            if tp is None or not name:
+                continue
+            if name not in types or not _has_shape(types[name]):
+                types[name] = tp
+            else:
+                types[name] = merge_shapes(types[name], tp)
 
 
 def merge_shapes(declared: TypeProto, inferred: TypeProto) -> TypeProto:
@@ -381,10 +508,22 @@ def _value_infos(gp: GraphProto) -> Iterable[ValueInfoProto]:
 def topological_sort(graph: Graph, outer: set[str] | frozenset[str] = frozenset()) -> None:
     """Order nodes so each comes after the producers of its inputs; raise on cycles or undefined inputs.
 
-    Also checks that no value is defined twice. Recurses into subgraphs, whose outer scope is
-    everything visible at the node that holds them.
+    Also checks that no value is defined twice. Subgraphs are sorted too (from a work list, not
+    by recursion): the names a subgraph takes from outer scopes are checked at the node that
+    holds it, so inside the subgraph any name it does not define itself comes from outside.
     """
-    available = set(outer) | set(graph.inputs) | set(graph.initializers)
+    free = free_names_table(graph)  # once: sorting changes no names
+    _sort_one(graph, set(outer) | set(graph.inputs) | set(graph.initializers), free)
+    stack = [sub for n in graph.nodes for sub in n.subgraphs()]
+    while stack:
+        g = stack.pop()
+        _sort_one(g, None, free)
+        stack.extend(sub for n in g.nodes for sub in n.subgraphs())
+
+
+def _sort_one(graph: Graph, available: set[str] | None, free: dict[int, set[str]]) -> None:
+    """Sort one graph's nodes. ``available``: the names defined outside its nodes (None for a
+    subgraph, whose outer names were checked by the enclosing graph)."""
     producer: dict[str, int] = {}
     for idx, n in enumerate(graph.nodes):
         for o in n.outputs:
@@ -398,22 +537,18 @@ def topological_sort(graph: Graph, outer: set[str] | frozenset[str] = frozenset(
                 raise InvalidGraph(f"{n.describe()} writes '{o}', which is already a graph input or initializer")
             producer[o] = idx
     waiting: list[int] = []
-    deps: list[set[int]] = []
-    for n in graph.nodes:
-        need = set()
-        for name in [*n.inputs, *free_names_of_subgraphs(n)]:
-            if not name or name in available and name not in producer:
-                continue
-            if name in producer:
-                need.add(producer[name])
-            else:
-                raise InvalidGraph(f"{n.describe()} reads '{name}', which no node, graph input or initializer defines")
-        deps.append(need)
-        waiting.append(len(need))
     users: list[list[int]] = [[] for _ in graph.nodes]
-    for idx, need in enumerate(deps):
+    for idx, n in enumerate(graph.nodes):
+        need: set[int] = set()
+        for name in n.inputs:
+            if name:
+                _dependency(graph, n, name, available, producer, need, None)
+        for sub in n.subgraphs():
+            for name in free[id(sub)]:
+                _dependency(graph, n, name, available, producer, need, n)
         for d in need:
             users[d].append(idx)
+        waiting.append(len(need))
     # A heap of indices keeps the model's own order wherever it is already valid.
     ready = [i for i, w in enumerate(waiting) if w == 0]
     heapq.heapify(ready)
@@ -429,10 +564,37 @@ def topological_sort(graph: Graph, outer: set[str] | frozenset[str] = frozenset(
         stuck = [graph.nodes[i].describe() for i in range(len(graph.nodes)) if waiting[i] > 0][:5]
         raise InvalidGraph(f"graph '{graph.name}' has a cycle; nodes on or after it: {', '.join(stuck)}")
     graph.nodes = [graph.nodes[i] for i in order]
-    visible = available | set(producer)
-    for n in graph.nodes:
-        for g in n.subgraphs():
-            topological_sort(g, visible)
-    for o in graph.outputs:
-        if o not in visible:
-            raise InvalidGraph(f"graph output '{o}' is not produced by any node and is not an input or initializer")
+    if available is not None:
+        for o in graph.outputs:
+            if o not in available and o not in producer:
+                raise InvalidGraph(f"graph output '{o}' is not produced by any node and is not an input or initializer")
+
+
+def _dependency(
+    graph: Graph,
+    node: Node,
+    name: str,
+    available: set[str] | None,
+    producer: dict[str, int],
+    need: set[int],
+    holder: Node | None,
+) -> None:
+    p = producer.get(name)
+    if p is not None:
+        need.add(p)
+        return
+    if available is None or name in available:
+        return
+    reader = node.describe() if holder is None else _inner_reader(holder, name)
+    raise InvalidGraph(f"{reader} reads '{name}', which no node, graph input or initializer defines")
+
+
+def _inner_reader(holder: Node, name: str) -> str:
+    """Which node inside ``holder``'s subgraphs reads the undefined ``name`` (for the error)."""
+    for g in (g for sub in holder.subgraphs() for g in iter_graphs(sub)):
+        for n in g.nodes:
+            if name in n.inputs:
+                return f"{n.describe()} (in a subgraph of {holder.describe()})"
+        if name in g.outputs:
+            return f"subgraph '{g.name}' of {holder.describe()} (as an output)"
+    return holder.describe()

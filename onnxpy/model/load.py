@@ -8,6 +8,7 @@ against the file size and against what the tensor's shape and type need, before 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,23 @@ from . import dtypes
 
 # Highest versions this runtime was written against; newer models get a clear error.
 MAX_IR_VERSION = onnx.IR_VERSION
-MAX_OPSET = {"": onnx.defs.onnx_opset_version(), "ai.onnx": onnx.defs.onnx_opset_version()}
+MAX_OPSET = {
+    "": onnx.defs.onnx_opset_version(),
+    "ai.onnx": onnx.defs.onnx_opset_version(),
+    "ai.onnx.ml": onnx.helper.VERSION_TABLE[-1][3],
+}
+
+# Deepest nesting of subgraphs (If inside If inside Loop...) a model may have. Every stage
+# walks subgraphs without recursion, but compiling and running a subgraph calls into it, and
+# a model nesting deeper than this is hostile, not useful. (Serialized models cannot even get
+# near it: protobuf refuses to parse messages nested more than 100 deep, ~33 subgraph levels.)
+MAX_NESTING_DEPTH = 512
 
 
 def load_model(source: Any, external_data_dir: str | os.PathLike | None = None) -> tuple[ModelProto, Path | None]:
     """Return (model, folder) where folder is where its external data may live (None for bytes)."""
     if isinstance(source, ModelProto):
+        check_nesting(source)  # before copying: a copy of an absurdly deep message recurses in C
         model = ModelProto()
         model.CopyFrom(source)
         folder = None
@@ -36,10 +48,17 @@ def load_model(source: Any, external_data_dir: str | os.PathLike | None = None) 
         folder = None
     elif isinstance(source, (str, os.PathLike)):
         path = Path(os.fspath(source))
-        if not path.exists():
+        try:
+            exists = path.exists()
+        except (OSError, ValueError) as e:  # a NUL character, a name too long...
+            raise InvalidArgument(f"Load model from {path!r} failed: {e}") from None
+        if not exists:
             raise NoSuchFile(f"Load model from {path} failed: file does not exist")
         if path.is_dir():
             raise InvalidArgument(f"Load model from {path} failed: it is a folder, expected an .onnx file")
+        if not path.is_file():
+            # A FIFO or a device would block or never end (/dev/zero).
+            raise InvalidArgument(f"Load model from {path} failed: not a regular file")
         try:
             data = path.read_bytes()
         except OSError as e:
@@ -53,7 +72,12 @@ def load_model(source: Any, external_data_dir: str | os.PathLike | None = None) 
         )
     if external_data_dir is not None:
         folder = Path(os.fspath(external_data_dir)).resolve()
+        if not folder.is_dir():
+            raise InvalidArgument(
+                f"session config 'session.model_external_initializers_file_folder_path': '{external_data_dir}' is not a folder"
+            )
     _check_versions(model)
+    check_nesting(model)
     resolve_external_data(model, folder)
     return model, folder
 
@@ -83,6 +107,31 @@ def _check_versions(model: ModelProto) -> None:
                 f"Opset {imp.version} for domain '{imp.domain or 'ai.onnx'}' is newer than the newest "
                 f"supported ({limit})"
             )
+
+
+def check_nesting(model: ModelProto) -> None:
+    """Refuse a model whose subgraphs nest deeper than MAX_NESTING_DEPTH (walked without recursion)."""
+    roots = [model.graph] if model.HasField("graph") else []
+    stack: list[tuple[GraphProto, int]] = [(g, 0) for g in roots]
+    for fn in model.functions:
+        for node in fn.node:
+            for attr in node.attribute:
+                stack.extend((g, 1) for g in _attr_graphs(attr))
+    while stack:
+        g, depth = stack.pop()
+        if depth > MAX_NESTING_DEPTH:
+            raise InvalidGraph(
+                f"the model nests subgraphs more than {MAX_NESTING_DEPTH} levels deep (at graph '{g.name}')"
+            )
+        for node in g.node:
+            for attr in node.attribute:
+                stack.extend((sub, depth + 1) for sub in _attr_graphs(attr))
+
+
+def _attr_graphs(attr: AttributeProto) -> list[GraphProto]:
+    out = [attr.g] if attr.HasField("g") else []
+    out.extend(attr.graphs)
+    return out
 
 
 def iter_tensors(graph: GraphProto) -> Iterator[TensorProto]:
@@ -147,39 +196,47 @@ def _load_external(tensor: TensorProto, folder: Path | None) -> None:
     path = folder / rel
     try:
         real = path.resolve(strict=True)
-    except (FileNotFoundError, RuntimeError, OSError):
+    except (FileNotFoundError, RuntimeError, OSError, ValueError):
         raise NoSuchFile(f"tensor '{name}': external data file '{location}' not found in {folder}") from None
     root = folder.resolve()
     if root != real and root not in real.parents:
         raise Fail(f"tensor '{name}': external data file '{location}' resolves outside the model's folder ({real})")
-    if not real.is_file():
-        raise Fail(f"tensor '{name}': external data location '{location}' is not a regular file")
-    st = real.stat()
-    if st.st_nlink > 1:
-        raise Fail(f"tensor '{name}': external data file '{location}' has several hard links; refusing to read it")
     try:
         offset = int(info.get("offset", "0") or 0)
         length = int(info["length"]) if info.get("length") else None
     except ValueError:
         raise Fail(f"tensor '{name}': external data offset/length are not integers: {info}") from None
-    size = st.st_size
-    if offset < 0 or offset > size:
-        raise Fail(f"tensor '{name}': external data offset {offset} is outside '{location}' ({size} bytes)")
-    if length is None:
-        length = size - offset
-    if length < 0 or offset + length > size:
-        raise Fail(
-            f"tensor '{name}': external data [{offset}, {offset + length}) runs past the end of '{location}' ({size} bytes)"
-        )
-    needed = expected_nbytes(tensor)
-    if needed is not None and needed != length:
-        raise Fail(
-            f"tensor '{name}': external data holds {length} bytes but shape {list(tensor.dims)} of "
-            f"{dtypes.tensor_type_string(tensor.data_type)} needs {needed}"
-        )
-    with open(real, "rb") as f:
+    try:
+        # O_NOFOLLOW and checks on the open descriptor: the file read is the file checked,
+        # even if the path is swapped for a link in between.
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise Fail(f"tensor '{name}': cannot open external data file '{location}': {e}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise Fail(f"tensor '{name}': external data location '{location}' is not a regular file")
+        if st.st_nlink > 1:
+            raise Fail(f"tensor '{name}': external data file '{location}' has several hard links; refusing to read it")
+        size = st.st_size
+        if offset < 0 or offset > size:
+            raise Fail(f"tensor '{name}': external data offset {offset} is outside '{location}' ({size} bytes)")
+        if length is None:
+            length = size - offset
+        if length < 0 or offset + length > size:
+            raise Fail(
+                f"tensor '{name}': external data [{offset}, {offset + length}) runs past the end of '{location}' ({size} bytes)"
+            )
+        needed = expected_nbytes(tensor)
+        if needed is not None and needed != length:
+            raise Fail(
+                f"tensor '{name}': external data holds {length} bytes but shape {list(tensor.dims)} of "
+                f"{dtypes.tensor_type_string(tensor.data_type)} needs {needed}"
+            )
         f.seek(offset)
         data = f.read(length)
+    if len(data) != length:
+        raise Fail(f"tensor '{name}': external data file '{location}' changed while being read")
     tensor.raw_data = data
     tensor.data_location = TensorProto.DEFAULT
     del tensor.external_data[:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,17 +40,37 @@ def normalize_axes(axes: Sequence[int], rank: int, what: str = "axes") -> list[i
     return out
 
 
+def _half_of_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+# The budget when a kernel runs outside a session (constant folding at creation, tests).
+DEFAULT_MAX_ALLOC_BYTES = _half_of_memory()
+
+
+def alloc_budget(ctx: Any) -> int:
+    budget = getattr(getattr(ctx, "session", None), "max_alloc_bytes", None)
+    return DEFAULT_MAX_ALLOC_BYTES if budget is None else int(budget)
+
+
 def check_alloc(shape: Sequence[int], dtype: Any, ctx: Any, what: str) -> None:
-    """Refuse an allocation whose size comes from data when it is negative or over the session budget."""
+    """Refuse an allocation whose size comes from data when it is negative or over the session budget.
+
+    Python integers do not overflow, so a product of huge dimensions is simply over budget.
+    """
     dims = [int(d) for d in shape]
     if any(d < 0 for d in dims):
         raise ValueError(f"{what}: shape {dims} has a negative dimension")
     count = 1
     for d in dims:
         count *= d
-    nbytes = count * np.dtype(dtype).itemsize
-    budget = getattr(getattr(ctx, "session", None), "max_alloc_bytes", None)
-    if budget is not None and nbytes > budget:
+    itemsize = np.dtype(dtype).itemsize
+    nbytes = count * max(itemsize, 1)
+    budget = alloc_budget(ctx)
+    if nbytes > budget:
         raise MemoryError(
             f"{what}: shape {dims} of {np.dtype(dtype)} needs {nbytes} bytes, over the session's allocation "
             f"budget of {budget} bytes (session config 'session.max_allocation_bytes')"

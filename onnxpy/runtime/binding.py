@@ -11,7 +11,7 @@ import onnx
 
 from ..api import errors
 from ..api.errors import InvalidGraph
-from ..ir.graph import Graph, Node, free_names_of_subgraphs
+from ..ir.graph import Graph, Node, free_names
 from ..ops import registry
 from ..planner.build import BoundNode
 from ..providers.base import Provider
@@ -104,7 +104,7 @@ def bind_node(
     missing = _required_attributes(opdef.fn) - set(kwargs)
     if missing:
         raise InvalidGraph(f"{node.describe()} is missing required attribute(s) {sorted(missing)}")
-    implicit = tuple(sorted(free_names_of_subgraphs(node)))
+    implicit = tuple(sorted(_implicit_inputs(node, kwargs)))
     if opdef.wants_ctx:
         kwargs["ctx"] = registry.NodeContext(
             name=node.name,
@@ -134,6 +134,22 @@ def bind_node(
         may_inplace=tuple(opdef.may_inplace.items()),
         accepts_out=opdef.accepts_out,
     )
+
+
+def _implicit_inputs(node: Node, kwargs: dict[str, Any]) -> set[str]:
+    """Outer-scope names the node's subgraphs read. Compiled subgraphs already know theirs
+    (asking them saves walking every nested level again at each level: deep models)."""
+    names: set[str] = set()
+    for key, value in node.attrs.items():
+        compiled = kwargs.get(key)
+        subs = compiled if isinstance(compiled, list) else [compiled]
+        graphs = value if isinstance(value, list) else [value]
+        if not graphs or not isinstance(graphs[0], Graph):
+            continue
+        for g, c in zip(graphs, subs):
+            outer = getattr(c, "outer_names", None)
+            names.update(outer if outer is not None else free_names(g))
+    return names
 
 
 def _shape_tuple(graph: Graph, name: str) -> tuple[Any, ...] | None:

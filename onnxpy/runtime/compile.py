@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 import onnx
@@ -9,7 +10,8 @@ from onnx import ModelProto
 
 from ..api.errors import InvalidGraph
 from ..ir.functions import expand_functions, local_function_table
-from ..ir.graph import Graph, graph_from_proto, normalize_domain, topological_sort
+from ..ir.graph import Graph, graph_from_proto, nesting_depth, normalize_domain, topological_sort
+from ..model.load import check_nesting
 from ..ops import registry
 
 
@@ -122,6 +124,7 @@ def build_graph(model: ModelProto, release_data: bool = False) -> Graph:
     """
     if not model.HasField("graph"):
         raise InvalidGraph("the model has no graph")
+    check_nesting(model)  # before onnx's shape inference, which recurses in C++
     opsets = model_opsets(model)
     types = infer_types(model)
     graph = graph_from_proto(model.graph, opsets, types, release_data=release_data)
@@ -135,4 +138,23 @@ def build_graph(model: ModelProto, release_data: bool = False) -> Graph:
     local = local_function_table(model.functions)
     expand_functions(graph, local, lambda n: registry.resolve(n.domain, n.op_type, n.opset) is not None)
     topological_sort(graph)
+    ensure_recursion_limit(nesting_depth(graph))
     return graph
+
+
+# Python frames one level of subgraph nesting takes when compiling and running it (a kernel
+# calling its subgraph's executor: 7 measured, on CPython 3.11), with room to spare.
+FRAMES_PER_LEVEL = 12
+
+
+def ensure_recursion_limit(depth: int) -> None:
+    """Let a model nesting ``depth`` levels of subgraphs compile and run without RecursionError.
+
+    Graph building, sorting, expansion and export never recurse; compiling a subgraph and a
+    kernel running one do, a few frames per level. Depth is capped by
+    model.load.MAX_NESTING_DEPTH, so this stays far below what the C stack can take. The
+    interpreter's limit is only ever raised, never lowered (other threads may rely on it).
+    """
+    need = 1000 + FRAMES_PER_LEVEL * depth
+    if depth and sys.getrecursionlimit() < need:
+        sys.setrecursionlimit(need)
