@@ -354,7 +354,12 @@ class InferenceSession:
         if isinstance(value, OrtValue):
             if not value.has_value():
                 return None
-            if value._provider is not provider and value.is_tensor():
+            src = value._provider
+            same_device = src is provider or (src.device_type, src.device_id) == (
+                provider.device_type,
+                provider.device_id,
+            )
+            if not same_device and value.is_tensor():
                 arr = provider.from_host(value._provider.to_host(value._value))
             else:
                 arr = value._value
