@@ -20,10 +20,104 @@ SubgraphCompiler = Callable[[Graph, Node, str], Any]
 
 
 def schema_for(node: Node) -> Any:
+    return _schema(node.op_type, node.opset, node.domain)
+
+
+@functools.lru_cache(maxsize=4096)  # bounded: op names come from untrusted models
+def _schema(op_type: str, opset: int, domain: str) -> Any:
     try:
-        return onnx.defs.get_schema(node.op_type, max_inclusive_version=node.opset, domain=node.domain)
+        return onnx.defs.get_schema(op_type, max_inclusive_version=opset, domain=domain)
     except Exception:  # noqa: BLE001 - onnx raises SchemaError for unknown ops
         return None
+
+
+_UNBOUNDED = 2**31 - 1
+
+
+def _check_arity(node: Node, opdef: registry.OpDef, schema: Any) -> None:
+    """Input and output counts the schema and the kernel accept, and no required input left
+    empty: checked at creation, so a malformed node never reaches a kernel as a TypeError."""
+    n_in = len(node.inputs)
+    given = n_in
+    while given and not node.inputs[given - 1]:
+        given -= 1  # trailing "" are omitted optional inputs
+    n_out = len(node.outputs)
+    what = f"the {node.op_type} schema (opset {node.opset})"
+    if schema is not None:
+        lo, hi = schema.min_input, schema.max_input
+        if n_in > hi:
+            raise InvalidGraph(f"{node.describe()} has {n_in} inputs; {what} takes {_range(lo, hi)}")
+        single = onnx.defs.OpSchema.FormalParameterOption.Single
+        for i, formal in enumerate(schema.inputs[:n_in]):
+            if formal.option == single and not node.inputs[i]:
+                raise InvalidGraph(f"{node.describe()}: input {i} ('{formal.name}') is required but was left empty")
+        if given < lo:
+            raise InvalidGraph(f"{node.describe()} has {given} inputs; {what} takes {_range(lo, hi)}")
+        lo, hi = schema.min_output, schema.max_output
+        if n_out > hi or n_out < lo:
+            raise InvalidGraph(f"{node.describe()} has {n_out} outputs; {what} makes {_range(lo, hi)}")
+    lo, hi = _kernel_arity(opdef.fn)
+    if given < lo or (hi is not None and n_in > hi):
+        raise InvalidGraph(
+            f"{node.describe()} has {n_in} inputs; onnxpy's {opdef.qualified_name} kernel takes {_range(lo, hi)}"
+        )
+
+
+def _range(lo: int, hi: int | None) -> str:
+    if hi is None or hi >= _UNBOUNDED:
+        return f"at least {lo}"
+    return f"{lo}" if lo == hi else f"{lo} to {hi}"
+
+
+@functools.cache
+def _kernel_arity(fn: Callable[..., Any]) -> tuple[int, int | None]:
+    """(required, most) positional inputs of a kernel after ``xp`` (most: None for *args)."""
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = sum(1 for p in positional if p.default is p.empty)
+    varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
+    return required, None if varargs else len(positional)
+
+
+def _check_subgraph_arity(node: Node) -> None:
+    """Body signatures of the control-flow ops against the node (checked at creation, not at
+    the first run that takes that branch)."""
+    if node.domain:
+        return
+    n_in, n_out = len(node.inputs), len(node.outputs)
+    if node.op_type == "If":
+        for key in ("then_branch", "else_branch"):
+            g = node.attrs.get(key)
+            if isinstance(g, Graph) and len(g.outputs) != n_out:
+                raise InvalidGraph(
+                    f"{node.describe()}: its {key} returns {len(g.outputs)} values, the node has {n_out} outputs"
+                )
+    elif node.op_type == "Loop":
+        body = node.attrs.get("body")
+        if isinstance(body, Graph):
+            carried = max(n_in - 2, 0)
+            if len(body.inputs) != 2 + carried:
+                raise InvalidGraph(
+                    f"{node.describe()}: the body takes {len(body.inputs)} inputs, expected 2 + {carried} "
+                    "(iteration, condition and the loop-carried values)"
+                )
+            if n_out < carried or len(body.outputs) != 1 + n_out:
+                raise InvalidGraph(
+                    f"{node.describe()}: the body returns {len(body.outputs)} values; with {carried} loop-carried "
+                    f"values and {n_out} node outputs it must return {1 + n_out}"
+                )
+    elif node.op_type == "Scan":
+        body = node.attrs.get("body")
+        if isinstance(body, Graph):
+            explicit = n_in - (1 if node.opset < 9 else 0)
+            if len(body.inputs) != explicit:
+                raise InvalidGraph(
+                    f"{node.describe()}: the body takes {len(body.inputs)} inputs, the node gives it {explicit}"
+                )
+            if len(body.outputs) != n_out:
+                raise InvalidGraph(
+                    f"{node.describe()}: the body returns {len(body.outputs)} values, the node has {n_out} outputs"
+                )
 
 
 def resolve_kernel(node: Node, provider_name: str | None) -> registry.OpDef:
@@ -81,6 +175,8 @@ def bind_node(
     """Resolve the node's kernel for ``provider`` and bind its array namespace and attributes:
     the result's ``fn(*inputs)`` is all the executor calls."""
     opdef = resolve_kernel(node, provider.name)
+    _check_arity(node, opdef, schema_for(node))
+    _check_subgraph_arity(node)
     kwargs: dict[str, Any] = {}
     schema = None
     for key, value in node.attrs.items():
