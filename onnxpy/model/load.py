@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
@@ -34,6 +35,9 @@ MAX_OPSET = {
 # a model nesting deeper than this is hostile, not useful. (Serialized models cannot even get
 # near it: protobuf refuses to parse messages nested more than 100 deep, ~33 subgraph levels.)
 MAX_NESTING_DEPTH = 512
+
+# Deepest TypeProto nesting (sequence of sequence of ...) a value may declare.
+MAX_TYPE_DEPTH = 32
 
 
 def load_model(source: Any, external_data_dir: str | os.PathLike | None = None) -> tuple[ModelProto, Path | None]:
@@ -78,6 +82,7 @@ def load_model(source: Any, external_data_dir: str | os.PathLike | None = None) 
             )
     _check_versions(model)
     check_nesting(model)
+    check_strings(model)
     resolve_external_data(model, folder)
     return model, folder
 
@@ -123,9 +128,57 @@ def check_nesting(model: ModelProto) -> None:
             raise InvalidGraph(
                 f"the model nests subgraphs more than {MAX_NESTING_DEPTH} levels deep (at graph '{g.name}')"
             )
+        for vi in (*g.input, *g.output, *g.value_info):
+            _check_type_depth(vi)
         for node in g.node:
             for attr in node.attribute:
                 stack.extend((sub, depth + 1) for sub in _attr_graphs(attr))
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    flag = getattr(field, "is_repeated", None)  # protobuf >= 6; ``label`` before
+    return bool(flag) if flag is not None else field.label == FieldDescriptor.LABEL_REPEATED
+
+
+def check_strings(model: ModelProto) -> None:
+    """Every string field (names, op types, domains, dimension names...) holds valid UTF-8.
+
+    protobuf hands an invalid one to Python as ``bytes`` instead of ``str``, which would surface
+    far away as a TypeError; refuse it here, naming the field.
+    """
+    stack: list[Any] = [model]
+    while stack:
+        msg = stack.pop()
+        for field, value in msg.ListFields():
+            if field.type == FieldDescriptor.TYPE_STRING:
+                values = value if _is_repeated(field) else (value,)
+                for v in values:
+                    if v.__class__ is not str:
+                        raise InvalidProtobuf(
+                            f"the model's {field.full_name} field holds {bytes(v)[:40]!r}, which is not valid UTF-8"
+                        )
+            elif field.type == FieldDescriptor.TYPE_MESSAGE:
+                if _is_repeated(field):
+                    stack.extend(value)
+                else:
+                    stack.append(value)
+
+
+def _check_type_depth(vi: onnx.ValueInfoProto) -> None:
+    tp, depth = vi.type, 0
+    while True:
+        kind = tp.WhichOneof("value")
+        if kind == "sequence_type":
+            tp = tp.sequence_type.elem_type
+        elif kind == "optional_type":
+            tp = tp.optional_type.elem_type
+        elif kind == "map_type":
+            tp = tp.map_type.value_type
+        else:
+            return
+        depth += 1
+        if depth > MAX_TYPE_DEPTH:
+            raise InvalidGraph(f"value '{vi.name}' has a type nested more than {MAX_TYPE_DEPTH} levels deep")
 
 
 def _attr_graphs(attr: AttributeProto) -> list[GraphProto]:

@@ -1,9 +1,13 @@
 """Image decoders in pure Python + numpy for ImageDecoder: PNG, BMP, PNM/PAM, TIFF and JPEG
 (baseline and progressive Huffman).
 
-``decode_image(data)`` returns a (H, W, C) uint8 array with C = 1 (grayscale) or 3 (RGB);
-alpha channels are dropped. Formats it cannot decode raise ``UnsupportedImage`` naming the
-format; malformed streams raise ``ValueError``.
+``decode_image(data, max_bytes)`` returns a (H, W, C) uint8 array with C = 1 (grayscale) or 3
+(RGB); alpha channels are dropped. Formats it cannot decode raise ``UnsupportedImage`` naming
+the format; malformed streams raise ``ValueError``.
+
+Streams come from strangers: the size a header claims is checked against ``max_bytes`` before
+anything of that size is allocated (``MemoryError``), decompression stops at the size the
+header needs (no zip bombs), and entropy decoding stops where the data end.
 """
 
 from __future__ import annotations
@@ -42,7 +46,25 @@ def sniff(data: bytes) -> str:
     return "unknown"
 
 
-def decode_image(data: bytes) -> np.ndarray:
+def _check_size(fmt: str, width: int, height: int, channels: int, itemsize: int, max_bytes: int | None) -> None:
+    """Refuse a header's claimed size before allocating it."""
+    if width <= 0 or height <= 0 or channels <= 0:
+        raise ValueError(f"corrupt {fmt} stream: {width}x{height} pixels, {channels} channels")
+    nbytes = width * height * channels * itemsize
+    if max_bytes is not None and nbytes > max_bytes:
+        raise MemoryError(
+            f"a {width}x{height} {fmt} image of {channels} channels needs {nbytes} bytes to decode, over the "
+            f"session's allocation budget of {max_bytes} bytes (session config 'session.max_allocation_bytes')"
+        )
+
+
+def _inflate(data: bytes, limit: int) -> bytes:
+    """zlib data decompressed to at most ``limit`` bytes (what the header says is needed)."""
+    d = zlib.decompressobj()
+    return d.decompress(data, max(limit, 1))
+
+
+def decode_image(data: bytes, max_bytes: int | None = None) -> np.ndarray:
     fmt = sniff(data)
     decoder = {"PNG": _decode_png, "JPEG": _decode_jpeg, "BMP": _decode_bmp, "PNM": _decode_pnm, "TIFF": _decode_tiff}
     if fmt not in decoder:
@@ -52,7 +74,7 @@ def decode_image(data: bytes) -> np.ndarray:
             f"{fmt} images are not supported by onnxpy's ImageDecoder (supported: PNG, JPEG, BMP, PNM/PAM, TIFF)"
         )
     try:
-        img = decoder[fmt](data)
+        img = decoder[fmt](data, max_bytes)
     except (UnsupportedImage, ValueError):
         raise
     except (IndexError, KeyError, struct.error, zlib.error, OverflowError) as e:
@@ -135,7 +157,7 @@ def _png_unfilter(raw: np.ndarray, height: int, row_bytes: int, bpp: int) -> np.
 _ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
 
 
-def _decode_png(data: bytes) -> np.ndarray:
+def _decode_png(data: bytes, max_bytes: int | None) -> np.ndarray:
     pos = 8
     ihdr = None
     palette = None
@@ -158,7 +180,17 @@ def _decode_png(data: bytes) -> np.ndarray:
     channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(color)
     if channels is None or depth not in (1, 2, 4, 8, 16):
         raise ValueError(f"corrupt PNG stream: color type {color} with bit depth {depth}")
-    raw = np.frombuffer(zlib.decompress(b"".join(idat)), dtype=np.uint8)
+    _check_size("PNG", width, height, channels, 2 if depth == 16 else 1, max_bytes)
+    if interlace == 0:
+        total = height * ((width * channels * depth + 7) // 8 + 1)
+    else:
+        total = 0
+        for x0, y0, dx, dy in _ADAM7:
+            w = (width - x0 + dx - 1) // dx if width > x0 else 0
+            h = (height - y0 + dy - 1) // dy if height > y0 else 0
+            if w and h:
+                total += h * ((w * channels * depth + 7) // 8 + 1)
+    raw = np.frombuffer(_inflate(b"".join(idat), total), dtype=np.uint8)
     bpp = max(1, channels * depth // 8)
 
     def decode_pass(buf: np.ndarray, w: int, h: int) -> np.ndarray:
@@ -235,7 +267,7 @@ def _bmp_rle(data: bytes, width: int, height: int, four: bool) -> np.ndarray:
     return out
 
 
-def _decode_bmp(data: bytes) -> np.ndarray:
+def _decode_bmp(data: bytes, max_bytes: int | None) -> np.ndarray:
     offset = struct.unpack("<I", data[10:14])[0]
     hsize = struct.unpack("<I", data[14:18])[0]
     if hsize == 12:
@@ -252,6 +284,7 @@ def _decode_bmp(data: bytes) -> np.ndarray:
     height = abs(height)
     if width <= 0:
         raise ValueError(f"corrupt BMP stream: width {width}")
+    _check_size("BMP", width, height, 4, 1, max_bytes)
     masks = None
     if compression in (3, 6):  # BI_BITFIELDS / BI_ALPHABITFIELDS
         if hsize >= 52:
@@ -317,10 +350,10 @@ def _pnm_tokens(data: bytes, count: int, pos: int) -> tuple[list[bytes], int]:
     return out, pos
 
 
-def _decode_pnm(data: bytes) -> np.ndarray:
+def _decode_pnm(data: bytes, max_bytes: int | None) -> np.ndarray:
     kind = data[1:2]
     if kind == b"7":
-        return _decode_pam(data)
+        return _decode_pam(data, max_bytes)
     if kind in (b"1", b"4"):
         (w, h), pos = _pnm_tokens(data, 2, 2)
         width, height, maxval = int(w), int(h), 1
@@ -330,6 +363,7 @@ def _decode_pnm(data: bytes) -> np.ndarray:
     if width <= 0 or height <= 0 or not 0 < maxval < 65536:
         raise ValueError(f"corrupt PNM stream: {width}x{height}, maxval {maxval}")
     channels = 3 if kind in (b"3", b"6") else 1
+    _check_size("PNM", width, height, channels, 8, max_bytes)  # int64 samples for the text formats
     count = width * height * channels
     if kind in (b"1", b"2", b"3"):
         body = data[pos:]
@@ -363,7 +397,7 @@ def _pnm_scale(vals: np.ndarray, maxval: int) -> np.ndarray:
     return ((v * 255 + maxval // 2) // maxval).astype(np.uint8)
 
 
-def _decode_pam(data: bytes) -> np.ndarray:
+def _decode_pam(data: bytes, max_bytes: int | None) -> np.ndarray:
     end = data.find(b"ENDHDR")
     if end < 0:
         raise ValueError("corrupt PAM stream: no ENDHDR")
@@ -376,6 +410,7 @@ def _decode_pam(data: bytes) -> np.ndarray:
     depth, maxval = int(fields["DEPTH"]), int(fields["MAXVAL"])
     pos = data.index(b"\n", end) + 1
     dt = np.uint8 if maxval < 256 else np.dtype(">u2")
+    _check_size("PAM", width, height, depth, 4, max_bytes)
     count = width * height * depth
     vals = np.frombuffer(data[pos : pos + count * np.dtype(dt).itemsize], dtype=dt)
     if vals.size < count:
@@ -460,10 +495,10 @@ def _lzw_tiff(data: bytes, expected: int) -> bytes:
     return bytes(out)
 
 
-def _packbits(data: bytes) -> bytes:
+def _packbits(data: bytes, expected: int) -> bytes:
     out = bytearray()
     i = 0
-    while i < len(data):
+    while i < len(data) and len(out) < expected:
         n = data[i]
         i += 1
         if n < 128:
@@ -475,7 +510,7 @@ def _packbits(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _decode_tiff(data: bytes) -> np.ndarray:
+def _decode_tiff(data: bytes, max_bytes: int | None) -> np.ndarray:
     order = "<" if data[:2] == b"II" else ">"
     ifd = struct.unpack(order + "I", data[4:8])[0]
     tags = _tiff_tags(data, order, ifd)
@@ -500,8 +535,8 @@ def _decode_tiff(data: bytes) -> np.ndarray:
         if compression == 5:
             return _lzw_tiff(chunk, size)
         if compression == 32773:
-            return _packbits(chunk)
-        return zlib.decompress(chunk)
+            return _packbits(chunk, size)
+        return _inflate(chunk, size)
 
     planes = spp if planar == 2 else 1
     per_plane = 1 if planar == 2 else spp
@@ -515,6 +550,7 @@ def _decode_tiff(data: bytes) -> np.ndarray:
     row_bytes = (tw * per_plane * bits + 7) // 8
     across = (width + tw - 1) // tw if tiled else 1
     down = (height + th - 1) // th
+    _check_size("TIFF", across * tw, down * th, planes * per_plane, 2 if bits == 16 else 1, max_bytes)
     img = np.zeros((planes, down * th, across * tw, per_plane), dtype=np.uint16 if bits == 16 else np.uint8)
     k = 0
     for p in range(planes):
@@ -746,7 +782,7 @@ def _ycc_to_rgb(y: np.ndarray, cb: np.ndarray, cr: np.ndarray) -> np.ndarray:
     return np.clip(np.stack([r, g, b], axis=-1), 0, 255).astype(np.uint8)
 
 
-def _decode_jpeg(data: bytes) -> np.ndarray:
+def _decode_jpeg(data: bytes, max_bytes: int | None) -> np.ndarray:
     qt: dict[int, np.ndarray] = {}
     dc_tables: dict[int, _Huffman] = {}
     ac_tables: dict[int, _Huffman] = {}
@@ -811,8 +847,14 @@ def _decode_jpeg(data: bytes) -> np.ndarray:
                 _Component(seg[6 + 3 * k], seg[7 + 3 * k] >> 4, seg[7 + 3 * k] & 15, seg[8 + 3 * k])
                 for k in range(ncomp)
             ]
+            if not comps or any(c.h == 0 or c.v == 0 for c in comps):
+                raise ValueError(f"corrupt JPEG stream: components {[(c.h, c.v) for c in comps]}")
             hmax = max(c.h for c in comps)
             vmax = max(c.v for c in comps)
+            # Coefficients are kept as Python ints (8 bytes a reference) for whole MCUs.
+            _check_size(
+                "JPEG", 8 * hmax * -(-width // (8 * hmax)), 8 * vmax * -(-height // (8 * vmax)), ncomp, 8, max_bytes
+            )
             mcux = -(-width // (8 * hmax))
             mcuy = -(-height // (8 * vmax))
             for c in comps:
@@ -914,12 +956,17 @@ def _decode_scan(
     interval = restart if restart else n_mcu
     seg_i = 0
     for start in range(0, n_mcu, interval):
+        if seg_i >= len(segments) and start:
+            break  # no data left for this interval or later ones: their blocks stay zero
         bits = _Bits(segments[seg_i] if seg_i < len(segments) else b"")
         seg_i += 1
         for c in scomps:
             c.pred = 0
         eobrun[0] = 0
+        end = len(bits.data) + 8  # a valid segment is never read more than a few bytes past its end
         for u in units[start * per_mcu : min(n_mcu, start + interval) * per_mcu]:
+            if bits.pos > end:
+                break  # truncated (or hostile) data: the rest of the interval stays zero
             comp, bases = u
             for base in bases:
                 if not progressive:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..model import dtypes
-from ._compat import check_alloc, host_scalar
+from ._compat import alloc_budget, check_alloc, host_scalar
 from .registry import op
 
 # -- DFT ------------------------------------------------------------------------------------------
@@ -31,7 +31,7 @@ def _from_complex(xp: Any, y: Any, dtype: np.dtype) -> Any:
     return xp.stack([y.real, y.imag], axis=-1).astype(dtype)
 
 
-def _dft(xp: Any, x: Any, dft_length: Any, axis: int, inverse: int, onesided: int, what: str) -> Any:
+def _dft(xp: Any, x: Any, dft_length: Any, axis: int, inverse: int, onesided: int, what: str, ctx: Any = None) -> Any:
     rank = x.ndim
     if not (-rank <= axis <= -2 or 0 <= axis <= rank - 2):
         raise ValueError(
@@ -46,6 +46,9 @@ def _dft(xp: Any, x: Any, dft_length: Any, axis: int, inverse: int, onesided: in
         n = 2 * (m - 1) if (onesided and inverse) else m
     if n < 1:
         raise ValueError(f"{what}: dft_length must be >= 1, got {n}")
+    out_shape = [int(d) for d in sig.shape]
+    out_shape[a] = max(n, m)  # the padded signal, then the spectrum
+    check_alloc([*out_shape, 2], np.float64, ctx, what)
     if not inverse:
         if onesided:
             y = (
@@ -69,8 +72,17 @@ def _take_first(xp: Any, y: Any, count: int, axis: int) -> Any:
 
 
 @op("DFT", 17, host_inputs=(1,))
-def dft_17(xp: Any, input: Any, dft_length: Any = None, *, axis: int = 1, inverse: int = 0, onesided: int = 0) -> Any:  # noqa: A002
-    return _dft(xp, input, dft_length, axis, inverse, onesided, "DFT")
+def dft_17(
+    xp: Any,
+    input: Any,  # noqa: A002 - spec name
+    dft_length: Any = None,
+    *,
+    axis: int = 1,
+    inverse: int = 0,
+    onesided: int = 0,
+    ctx: Any = None,
+) -> Any:
+    return _dft(xp, input, dft_length, axis, inverse, onesided, "DFT", ctx)
 
 
 @op("DFT", 20, host_inputs=(1, 2))
@@ -82,9 +94,10 @@ def dft_20(
     *,
     inverse: int = 0,
     onesided: int = 0,
+    ctx: Any = None,
 ) -> Any:
     ax = int(host_scalar(axis)) if axis is not None and np.size(axis) > 0 else -2
-    return _dft(xp, input, dft_length, ax, inverse, onesided, "DFT")
+    return _dft(xp, input, dft_length, ax, inverse, onesided, "DFT", ctx)
 
 
 # -- STFT -----------------------------------------------------------------------------------------
@@ -224,7 +237,7 @@ def blackman_window(xp: Any, size: Any, *, output_datatype: int = 1, periodic: i
 
 
 @op("ImageDecoder", 20, host_inputs=(0,))
-def image_decoder(xp: Any, encoded_stream: Any, *, pixel_format: str = "RGB") -> Any:
+def image_decoder(xp: Any, encoded_stream: Any, *, pixel_format: str = "RGB", ctx: Any = None) -> Any:
     from ._image import decode_image, to_gray
 
     if pixel_format not in ("RGB", "BGR", "Grayscale"):
@@ -238,7 +251,7 @@ def image_decoder(xp: Any, encoded_stream: Any, *, pixel_format: str = "RGB") ->
     if raw.dtype != np.uint8 or raw.ndim != 1:
         raise ValueError(f"ImageDecoder: encoded_stream must be a 1-D uint8 tensor, got {raw.dtype}{list(raw.shape)}")
     try:
-        img = decode_image(raw.tobytes())
+        img = decode_image(raw.tobytes(), alloc_budget(ctx))
     except ValueError as e:
         raise ValueError(f"ImageDecoder: {e}") from e
     if pixel_format == "Grayscale":

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ._compat import check_alloc
 from .registry import op
 
 
@@ -155,6 +156,7 @@ def tfidf_vectorizer(
     pool_int64s: list[int] | None = None,
     pool_strings: list[str] | None = None,
     weights: list[float] | None = None,
+    ctx: Any = None,
 ) -> Any:
     if (pool_int64s is None) == (pool_strings is None):
         raise ValueError("TfIdfVectorizer needs exactly one of pool_int64s and pool_strings")
@@ -180,6 +182,9 @@ def tfidf_vectorizer(
     n_rows, length = rows.shape
     out_index = np.asarray(ngram_indexes, dtype=np.int64)
     size = int(out_index.max()) + 1 if out_index.size else 0
+    if out_index.size and int(out_index.min()) < 0:
+        raise ValueError(f"TfIdfVectorizer: ngram_indexes must not be negative, got {int(out_index.min())}")
+    check_alloc((n_rows, size), np.float32, ctx, "TfIdfVectorizer")
     w = np.ones(len(out_index), dtype=np.float32) if weights is None else np.asarray(weights, dtype=np.float32)
 
     # Tokens become ids into the pool's sorted vocabulary (-1 for tokens the pool never uses).

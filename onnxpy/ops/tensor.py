@@ -507,7 +507,7 @@ def tile(xp: Any, input: Any, repeats: Any, *, ctx: Any = None) -> Any:  # noqa:
     return xp.tile(input, reps)
 
 
-def _pad(xp: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int] | None) -> Any:
+def _pad(xp: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int] | None, ctx: Any = None) -> Any:
     rank = x.ndim
     axes = list(range(rank)) if axes is None else normalize_axes(axes, rank)
     if len(pads) != 2 * len(axes):
@@ -521,6 +521,7 @@ def _pad(xp: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int
     crop = tuple(slice(max(-b, 0), x.shape[k] - max(-e, 0)) for k, (b, e) in enumerate(zip(begin, end)))
     x = x[crop]
     width = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+    check_alloc([d + b + e for d, (b, e) in zip(x.shape, width)], x.dtype, ctx, "Pad")
     if mode == "constant":
         return xp.pad(x, width, mode="constant", constant_values=value)
     if mode == "reflect":
@@ -539,14 +540,23 @@ def _pad(xp: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int
 
 
 @op("Pad", 2)
-def pad_2(xp: Any, data: Any, *, pads: list[int], mode: str = "constant", value: float = 0.0) -> Any:
-    return _pad(xp, data, pads, mode, data.dtype.type(value), None)
+def pad_2(xp: Any, data: Any, *, pads: list[int], mode: str = "constant", value: float = 0.0, ctx: Any = None) -> Any:
+    return _pad(xp, data, pads, mode, data.dtype.type(value), None, ctx)
 
 
 @op("Pad", 11, host_inputs=(1, 2, 3))
-def pad(xp: Any, data: Any, pads: Any, constant_value: Any = None, axes: Any = None, *, mode: str = "constant") -> Any:
+def pad(
+    xp: Any,
+    data: Any,
+    pads: Any,
+    constant_value: Any = None,
+    axes: Any = None,
+    *,
+    mode: str = "constant",
+    ctx: Any = None,
+) -> Any:
     if constant_value is None or constant_value.size == 0:
         v = "" if data.dtype.hasobject else data.dtype.type(0)  # 0, False or the empty string
     else:
         v = constant_value.reshape(())
-    return _pad(xp, data, host_ints(pads), mode, v, None if axes is None else host_ints(axes))
+    return _pad(xp, data, host_ints(pads), mode, v, None if axes is None else host_ints(axes), ctx)

@@ -635,6 +635,7 @@ def _roi_align(
     output_width: int,
     sampling_ratio: int,
     spatial_scale: float,
+    ctx: Any = None,
 ) -> Any:
     if mode not in ("avg", "max"):
         raise ValueError(f"RoiAlign: unknown mode {mode!r} (expected 'avg' or 'max')")
@@ -651,6 +652,7 @@ def _roi_align(
     if len(batch) != boxes.shape[0]:
         raise ValueError(f"RoiAlign: batch_indices has {len(batch)} entries for {boxes.shape[0]} rois")
     cdtype = _compute_dtype(X.dtype)
+    check_alloc((boxes.shape[0], c, output_height, output_width), cdtype, ctx, "RoiAlign")
     y = xp.zeros((boxes.shape[0], c, output_height, output_width), dtype=cdtype)
     offset = 0.5 if half_pixel else 0.0
     for r in range(boxes.shape[0]):
@@ -665,6 +667,10 @@ def _roi_align(
         gw = sampling_ratio if sampling_ratio > 0 else max(int(math.ceil(roi_w / output_width)), 0)
         if gh * gw == 0:
             continue  # no sample points: the bin stays 0
+        # The sample grid grows with the RoI's size (data): a huge box must not allocate freely.
+        check_alloc((output_height * gh + output_width * gw, 5), np.float64, ctx, "RoiAlign sample points")
+        if mode == "max":
+            check_alloc((c, output_height * gh, output_width * gw), cdtype, ctx, "RoiAlign samples")
         ylo, yhi, wylo, wyhi, _ = _roi_samples(y1, roi_h, output_height, gh, h)
         xlo, xhi, wxlo, wxhi, _ = _roi_samples(x1, roi_w, output_width, gw, w)
         img = X[b]
@@ -712,6 +718,7 @@ def roi_align_10(
     output_width: int = 1,
     sampling_ratio: int = 0,
     spatial_scale: float = 1.0,
+    ctx: Any = None,
 ) -> Any:
     return _roi_align(
         xp,
@@ -724,6 +731,7 @@ def roi_align_10(
         output_width=output_width,
         sampling_ratio=sampling_ratio,
         spatial_scale=spatial_scale,
+        ctx=ctx,
     )
 
 
@@ -740,6 +748,7 @@ def roi_align_16(
     output_width: int = 1,
     sampling_ratio: int = 0,
     spatial_scale: float = 1.0,
+    ctx: Any = None,
 ) -> Any:
     if coordinate_transformation_mode not in ("half_pixel", "output_half_pixel"):
         raise ValueError(
@@ -757,6 +766,7 @@ def roi_align_16(
         output_width=output_width,
         sampling_ratio=sampling_ratio,
         spatial_scale=spatial_scale,
+        ctx=ctx,
     )
 
 

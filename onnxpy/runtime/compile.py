@@ -11,6 +11,7 @@ from onnx import ModelProto
 from ..api.errors import InvalidGraph
 from ..ir.functions import expand_functions, local_function_table
 from ..ir.graph import Graph, graph_from_proto, nesting_depth, normalize_domain, topological_sort
+from ..model import dtypes
 from ..model.load import check_nesting
 from ..ops import registry
 
@@ -114,6 +115,29 @@ def infer_types(model: ModelProto) -> dict[str, onnx.TypeProto]:
     return out
 
 
+def _check_io_types(model: ModelProto) -> None:
+    """Graph inputs and outputs declare element types that exist and dimensions that are not
+    negative (a clear error now rather than a confusing one at the first run)."""
+    for kind, vis in (("input", model.graph.input), ("output", model.graph.output)):
+        for vi in vis:
+            tp = vi.type
+            while tp.WhichOneof("value") in ("sequence_type", "optional_type"):
+                tp = tp.sequence_type.elem_type if tp.HasField("sequence_type") else tp.optional_type.elem_type
+            if not tp.HasField("tensor_type"):
+                continue
+            et = tp.tensor_type.elem_type
+            if et:
+                try:
+                    dtypes.np_dtype(et)
+                except ValueError:
+                    raise InvalidGraph(f"graph {kind} '{vi.name}' has an unknown element type ({et})") from None
+            for i, d in enumerate(tp.tensor_type.shape.dim):
+                if d.HasField("dim_value") and d.dim_value < 0:
+                    raise InvalidGraph(
+                        f"graph {kind} '{vi.name}' has a negative dimension ({d.dim_value} at index {i})"
+                    )
+
+
 def build_graph(model: ModelProto, release_data: bool = False) -> Graph:
     """ModelProto -> Graph with types inferred, functions expanded, nodes topologically sorted.
 
@@ -125,6 +149,7 @@ def build_graph(model: ModelProto, release_data: bool = False) -> Graph:
     if not model.HasField("graph"):
         raise InvalidGraph("the model has no graph")
     check_nesting(model)  # before onnx's shape inference, which recurses in C++
+    _check_io_types(model)
     opsets = model_opsets(model)
     types = infer_types(model)
     graph = graph_from_proto(model.graph, opsets, types, release_data=release_data)

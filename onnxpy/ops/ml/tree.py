@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .._compat import check_alloc
 from ..registry import op
 from ._common import ML, POST_TRANSFORMS, as_2d, check_post_transform, labels, logistic, probit
 from ._common import post_transform as apply_transform
@@ -486,7 +487,14 @@ def _base(values: Any, n: int, what: str) -> np.ndarray | None:
 # -- TreeEnsembleRegressor --------------------------------------------------------------------
 
 
-def _regressor(xp: Any, X: Any, a: dict[str, Any]) -> Any:
+def _check_targets(X: Any, n_nodes: int, n_targets: int, ctx: Any) -> None:
+    """Weights [leaves, n_targets] and scores [rows, n_targets]: n_targets is one attribute
+    value, so a tiny model could ask for any amount of memory."""
+    rows = int(X.shape[0]) if getattr(X, "ndim", 0) else 1
+    check_alloc((n_nodes + rows, n_targets), np.float64, ctx, "tree ensemble scores")
+
+
+def _regressor(xp: Any, X: Any, a: dict[str, Any], ctx: Any = None) -> Any:
     transform = check_post_transform(a["post_transform"])
     aggregate = a["aggregate_function"]
     if aggregate not in AGGREGATES:
@@ -500,6 +508,7 @@ def _regressor(xp: Any, X: Any, a: dict[str, Any]) -> Any:
     n_targets = a["n_targets"]
     if n_targets is None or n_targets <= 0:
         raise ValueError("n_targets must be a positive number")
+    _check_targets(X, len(a["nodes_nodeids"] or []), n_targets, ctx)
     key = (a["nodes_nodeids"], a["nodes_treeids"], a["target_weights"], a.get("target_weights_as_tensor"))
 
     def build() -> Forest:
@@ -572,9 +581,10 @@ def tree_ensemble_regressor_1(
     target_nodeids: list[int] | None = None,
     target_treeids: list[int] | None = None,
     target_weights: list[float] | None = None,
+    ctx: Any = None,
 ) -> Any:
     a = {k: v for k, v in locals().items() if k in _REGRESSOR_V1}
-    return _regressor(xp, X, a)
+    return _regressor(xp, X, a, ctx)
 
 
 @op("TreeEnsembleRegressor", 3, domain=ML)
@@ -603,9 +613,10 @@ def tree_ensemble_regressor_3(
     target_treeids: list[int] | None = None,
     target_weights: list[float] | None = None,
     target_weights_as_tensor: Any = None,
+    ctx: Any = None,
 ) -> Any:
-    a = {k: v for k, v in locals().items() if k not in ("xp", "X")}
-    return _regressor(xp, X, a)
+    a = {k: v for k, v in locals().items() if k not in ("xp", "X", "ctx")}
+    return _regressor(xp, X, a, ctx)
 
 
 # -- TreeEnsembleClassifier -------------------------------------------------------------------
@@ -816,6 +827,7 @@ def tree_ensemble(
     nodes_truenodeids: list[int],
     post_transform: int = 0,
     tree_roots: list[int],
+    ctx: Any = None,
 ) -> Any:
     if not 0 <= aggregate_function < len(AGGREGATES):
         raise ValueError(f"aggregate_function {aggregate_function} is not in [0, {len(AGGREGATES) - 1}]")
@@ -823,6 +835,7 @@ def tree_ensemble(
         raise ValueError(f"post_transform {post_transform} is not in [0, {len(POST_TRANSFORMS) - 1}]")
     if n_targets is None or n_targets <= 0:
         raise ValueError("n_targets must be a positive number")
+    _check_targets(X, len(nodes_featureids) + len(leaf_targetids), n_targets, ctx)
     aggregate = AGGREGATES[aggregate_function]
     key = (nodes_featureids, leaf_weights, tree_roots)
 
