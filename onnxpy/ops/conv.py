@@ -3,8 +3,8 @@ everything else as im2col over a strided view followed by one batched GEMM per g
 
 from __future__ import annotations
 
-import itertools
 import math
+import weakref
 from typing import Any
 
 import numpy as np
@@ -72,9 +72,10 @@ def conv_nd(
             x = x[window_slices([0] * nd, dilations, strides, out)]
         xs = x.reshape(n, group, cg, o)
         y = xp.matmul(w.reshape(group, mg, cg), xs).reshape(n, m, *out)
-    elif nd == 2 and group == 1 and _winograd_suits(k, strides, dilations, c, m, out):
-        y = _winograd_f2x3(xp, x, w, begin, end, out)
-    elif nd == 2 and all(s == 1 for s in strides) and cg > 1:
+    elif nd == 2 and group == 1 and (tile := _winograd_tile(k, strides, dilations, c, m, out)):
+        bias = None if b is None else b.astype(cdt, copy=False)
+        return _winograd(xp, x, w, begin, out, tile, bias)
+    elif nd == 2 and all(s == 1 for s in strides) and (cg > 1 or mg == 1):
         # Stride 1: each im2col row is one contiguous run of the padded input ("padded width").
         bias = None if b is None else b.astype(cdt, copy=False)
         return _conv2d_padded_width(xp, x, w, begin, end, out, dilations, group, bias)
@@ -121,6 +122,18 @@ def _conv2d_padded_width(
     cg, mg = c // group, m // group
     item = xpad.itemsize
     y = xp.empty((n, m, oh, ow), dtype=x.dtype)
+    if cg == 1 and mg == 1:
+        # Depthwise: per channel, a (1 x K) @ (K x run) product over the same contiguous runs.
+        view = _as_strided(
+            xp, xpad, (c, kh, kw, n, run), (hp * wp * item, dh * wp * item, dw * item, c * hp * wp * item, item)
+        )
+        prod = xp.matmul(w.reshape(c, 1, kh * kw), view.reshape(c, kh * kw, n * run))  # (c, 1, n * run)
+        full = prod.reshape(c, n, oh, wp)[:, :, :, :ow].transpose(1, 0, 2, 3)
+        if bias is None:
+            y[...] = full
+        else:
+            xp.add(full, bias.reshape(1, c, 1, 1), out=y)
+        return y
     for g in range(group):
         xs = xpad[:, g * cg : (g + 1) * cg]
         # (cg, kh, kw, n, run) view -> (cg*kh*kw, n*run) copy: contiguous runs of `run` values.
@@ -144,34 +157,78 @@ def _as_strided(xp: Any, x: Any, shape: tuple[int, ...], strides: tuple[int, ...
     return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
 
 
-# -- Winograd F(2x2, 3x3) --------------------------------------------------------------------------
-# Y = A^T [ (G g G^T) * (B^T d B) ] A per 4x4 input tile d and 2x2 output tile (Lavin & Gray):
-# 16 multiplies instead of 36 per output tile. The transformed weights are cached per constant.
-_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
-_WINO_CACHE: dict[int, tuple[Any, Any]] = {}
+# -- Winograd F(2x2, 3x3) and F(4x4, 3x3) ------------------------------------------------------------
+# Y = A^T [ (G g G^T) * (B^T d B) ] A for each (t x t) input tile d giving an (r x r) output tile,
+# t = r + 2 (Lavin & Gray). F(4x4, 3x3) does 36 multiplies per 16 outputs instead of 144. Both
+# transforms run as GEMMs with Kronecker-product matrices over all tiles at once, so numpy spends
+# its time in BLAS, not in elementwise passes. Transformed weights are cached per constant.
+def _winograd_matrices() -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    bt2 = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
+    g2 = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64)
+    at2 = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
+    bt4 = np.array(
+        [
+            [4, 0, -5, 0, 1, 0],
+            [0, -4, -4, 1, 1, 0],
+            [0, 4, -4, -1, 1, 0],
+            [0, -2, -1, 2, 1, 0],
+            [0, 2, -1, -2, 1, 0],
+            [0, 4, 0, -5, 0, 1],
+        ],
+        dtype=np.float64,
+    )
+    g4 = np.array(
+        [
+            [1 / 4, 0, 0],
+            [-1 / 6, -1 / 6, -1 / 6],
+            [-1 / 6, 1 / 6, -1 / 6],
+            [1 / 24, 1 / 12, 1 / 6],
+            [1 / 24, -1 / 12, 1 / 6],
+            [0, 0, 1],
+        ],
+        dtype=np.float64,
+    )
+    at4 = np.array(
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], dtype=np.float64
+    )
+    # (vec of B^T d B) = kron(B^T, B^T) @ (vec of d) for row-major vectorization; same for A.
+    return {
+        r: (np.kron(bt, bt), g, np.kron(at, at)) for r, (bt, g, at) in {2: (bt2, g2, at2), 4: (bt4, g4, at4)}.items()
+    }
 
 
-def _winograd_suits(k: list[int], strides: list[int], dilations: list[int], c: int, m: int, out: list[int]) -> bool:
-    """3x3 stride 1 with many channels over a small image: there the GEMM dominates and the
-    2.25x fewer multiplies win over the transforms (measured on ResNet-sized layers)."""
-    return k == [3, 3] and strides == [1, 1] and dilations == [1, 1] and c >= 64 and m >= 64 and out[0] * out[1] <= 400
+_WINO = _winograd_matrices()
+_WINO_CACHE: dict[tuple[int, int], tuple[Any, Any]] = {}
+# Above this many bytes of transformed weights the F(4x4) weights cost more memory traffic
+# than they save (a 512x512 layer on a 7x7 map): F(2x2) is used instead.
+_F4_WEIGHT_BYTES = 16 << 20
 
 
-def _winograd_weights(xp: Any, w: Any) -> Any:
-    """(16, M, C) transformed weights; cached for read-only (constant) weights."""
-    key = id(w)
+def _winograd_tile(k: list[int], strides: list[int], dilations: list[int], c: int, m: int, out: list[int]) -> int:
+    """Output tile size (4 or 2) for a 3x3 stride-1 convolution worth doing by Winograd, else 0.
+    Measured against the im2col GEMM on ResNet/Inception/DenseNet-sized layers: F(4x4) wins from
+    16 channels up, except where its transformed weights are large next to the image."""
+    if k != [3, 3] or strides != [1, 1] or dilations != [1, 1] or c < 16 or m < 16:
+        return 0
+    if 36 * c * m * 4 <= _F4_WEIGHT_BYTES:
+        return 4
+    return 2 if out[0] * out[1] <= 400 else 0
+
+
+def _winograd_weights(xp: Any, w: Any, r: int) -> Any:
+    """(t*t, M, C) transformed weights; cached for read-only (constant) weights."""
+    key = (id(w), r)
     hit = _WINO_CACHE.get(key)
     if hit is not None and hit[0]() is w:
         return hit[1]
-    g = xp.asarray(_G, dtype=w.dtype)
+    g = _WINO[r][1]
+    t = g.shape[0]
     m, c = w.shape[:2]
-    # Two GEMMs over all (m, c) kernels at once: (4x3) . w . (3x4).
-    t = xp.tensordot(g, w.reshape(m * c, 3, 3), axes=(1, 1))  # (4, m*c, 3)
-    u = xp.tensordot(t, g, axes=(2, 1))  # (4, m*c, 4)
-    u = xp.ascontiguousarray(u.transpose(0, 2, 1)).reshape(16, m, c)
-    if not getattr(w, "flags", None) or not w.flags.writeable:
-        import weakref
-
+    # Two GEMMs over all (m, c) kernels at once: G . w . G^T, in float64 for accuracy.
+    a = np.tensordot(g, np.asarray(_to_host(w), dtype=np.float64).reshape(m * c, 3, 3), axes=(1, 1))  # (t, m*c, 3)
+    u = np.tensordot(a, g, axes=(2, 1))  # (t, m*c, t)
+    u = xp.asarray(np.ascontiguousarray(u.transpose(0, 2, 1)).reshape(t * t, m, c).astype(w.dtype))
+    if not w.flags.writeable:
         try:
             ref = weakref.ref(w)
         except TypeError:
@@ -181,59 +238,52 @@ def _winograd_weights(xp: Any, w: Any) -> Any:
     return u
 
 
-def _winograd_f2x3(xp: Any, x: Any, w: Any, begin: list[int], end: list[int], out: list[int]) -> Any:
+def _to_host(a: Any) -> Any:
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else a
+
+
+def _winograd(xp: Any, x: Any, w: Any, begin: list[int], out: list[int], r: int, bias: Any) -> Any:
     n, c, h, wd = x.shape
     m = w.shape[0]
     oh, ow = out
-    th, tw = (oh + 1) // 2, (ow + 1) // 2
-    hp, wp = 2 * th + 2, 2 * tw + 2
+    t = r + 2
+    th, tw = -(-oh // r), -(-ow // r)
+    hp, wp = r * th + 2, r * tw + 2
     xpad = xp.zeros((n, c, hp, wp), dtype=x.dtype)
-    hh = min(h, hp - begin[0])
-    ww = min(wd, wp - begin[1])
-    xpad[:, :, begin[0] : begin[0] + hh, begin[1] : begin[1] + ww] = x[:, :, :hh, :ww]
+    xpad[:, :, begin[0] : begin[0] + h, begin[1] : begin[1] + wd] = x
     s = xpad.strides
-    # d[nn, cc, r, q, i, j]: element (r, q) of the 4x4 tile at tile position (i, j).
-    d = _as_strided(xp, xpad, (n, c, 4, 4, th, tw), (s[0], s[1], s[2], s[3], 2 * s[2], 2 * s[3]))
-    # B^T d B with B^T = [[1,0,-1,0],[0,1,1,0],[0,-1,1,0],[0,1,0,-1]]: rows first, then columns.
-    rows = (d[:, :, 0] - d[:, :, 2], d[:, :, 1] + d[:, :, 2], d[:, :, 2] - d[:, :, 1], d[:, :, 1] - d[:, :, 3])
-    v = xp.empty((4, 4, c, n, th, tw), dtype=x.dtype)
-    for i, r in enumerate(rows):
-        r = r.transpose(2, 1, 0, 3, 4)  # (q, c, n, th, tw)
-        xp.subtract(r[0], r[2], out=v[i, 0])
-        xp.add(r[1], r[2], out=v[i, 1])
-        xp.subtract(r[2], r[1], out=v[i, 2])
-        xp.subtract(r[1], r[3], out=v[i, 3])
-    u = _winograd_weights(xp, w)
-    prod = xp.matmul(u, v.reshape(16, c, n * th * tw)).reshape(4, 4, m, n, th, tw)
-    # A^T M A with A^T = [[1,1,1,0],[0,1,-1,-1]].
-    s0 = prod[0] + prod[1] + prod[2]
-    s1 = prod[1] - prod[2] - prod[3]
-    y = xp.empty((n, m, th, 2, tw, 2), dtype=x.dtype)
-    for a, sv in enumerate((s0, s1)):
-        dst0 = y[:, :, :, a, :, 0].transpose(1, 0, 2, 3)
-        dst1 = y[:, :, :, a, :, 1].transpose(1, 0, 2, 3)
-        xp.add(sv[0] + sv[1], sv[2], out=dst0)
-        xp.subtract(sv[1] - sv[2], sv[3], out=dst1)
-    y = y.reshape(n, m, 2 * th, 2 * tw)
-    if 2 * th != oh or 2 * tw != ow:
-        y = xp.ascontiguousarray(y[:, :, :oh, :ow])
-    return y
+    # tiles[i, j, c, n, a, b] = xpad[n, c, r*a + i, r*b + j]: gathered once into (t*t, C*N*T).
+    tiles = _as_strided(xp, xpad, (t, t, c, n, th, tw), (s[2], s[3], s[1], s[0], r * s[2], r * s[3]))
+    kin, _, kout = _WINO[r]
+    v = xp.matmul(xp.asarray(kin, dtype=x.dtype), tiles.reshape(t * t, c * n * th * tw))
+    u = _winograd_weights(xp, w, r)
+    prod = xp.matmul(u, v.reshape(t * t, c, n * th * tw))  # (t*t, M, N*T)
+    y = xp.matmul(xp.asarray(kout, dtype=x.dtype), prod.reshape(t * t, m * n * th * tw))  # (r*r, M*N*T)
+    # (i, j, M, N, a, b) -> (N, M, a, i, b, j): the output tiles in place, cropped to (oh, ow).
+    y = y.reshape(r, r, m, n, th, tw).transpose(3, 2, 4, 0, 5, 1).reshape(n, m, r * th, r * tw)[:, :, :oh, :ow]
+    out_arr = xp.empty((n, m, oh, ow), dtype=x.dtype)
+    if bias is None:
+        out_arr[...] = y
+    else:
+        xp.add(y, bias.reshape(1, m, 1, 1), out=out_arr)
+    return out_arr
 
 
 def _depthwise(
     xp: Any, xpad: Any, w: Any, k: list[int], strides: list[int], dilations: list[int], out: list[int]
 ) -> Any:
-    """One channel per group: accumulate shifted slices times one weight per channel."""
+    """One channel per group (strided or N-D; stride-1 2-D goes through the padded-width path):
+    per-channel im2col, then one batched (1 x K) @ (K x positions) product per channel, which
+    BLAS runs as a single pass over the columns."""
     n, c = xpad.shape[:2]
     nd = len(k)
-    y = xp.zeros((n, c, *out), dtype=xpad.dtype)
-    tmp = xp.empty_like(y)
-    for offsets in itertools.product(*(range(kk) for kk in k)):
-        sl = window_slices(offsets, dilations, strides, out)
-        wk = w[(slice(None), 0, *offsets)].reshape((1, c) + (1,) * nd)
-        xp.multiply(xpad[sl], wk, out=tmp)
-        y += tmp
-    return y
+    kk = math.prod(k)
+    o = math.prod(out)
+    view = windows_view(xp, xpad, k, strides, dilations, out)  # (N, C, *out, *k)
+    perm = (1, *range(2 + nd, 2 + 2 * nd), 0, *range(2, 2 + nd))
+    cols = view.transpose(perm).reshape(c, kk, n * o)
+    y = xp.matmul(w.reshape(c, 1, kk), cols).reshape(c, n, *out)
+    return xp.ascontiguousarray(xp.moveaxis(y, 0, 1))
 
 
 def _im2col_gemm(

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..ir.graph import Graph, Node, free_names
 from ..planner.build import build_plan
 from ..planner.plan import ExecutionPlan
@@ -38,7 +40,7 @@ class CompiledGraph:
             for n, p in zip(graph.nodes, self.placement.providers)
         ]
         self.constants = {
-            name: self.placement.constant_provider(name).from_host(arr) for name, arr in graph.initializers.items()
+            name: self.placement.constant_provider(name).from_host(_read_only(arr)) for name, arr in graph.initializers.items()
         }
         self.outer = tuple(outer)
         self.plan: ExecutionPlan = self.plan_for(graph.outputs if fetch is None else fetch)
@@ -102,3 +104,12 @@ class Subgraph:
 
     def __repr__(self) -> str:
         return f"<Subgraph {self.graph.name!r} inputs={self.input_names} outputs={self.output_names}>"
+
+
+def _read_only(arr: Any) -> Any:
+    """Constants are shared by every run and thread: no kernel may write into them, and
+    kernels may cache what they derive from them (Winograd weights) knowing they never change."""
+    if isinstance(arr, np.ndarray) and arr.flags.writeable:
+        arr = arr.view()
+        arr.flags.writeable = False
+    return arr
