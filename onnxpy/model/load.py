@@ -7,6 +7,7 @@ against the file size and against what the tensor's shape and type need, before 
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from collections.abc import Iterator
@@ -265,8 +266,8 @@ def _load_external(tensor: TensorProto, folder: Path | None) -> None:
         fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise Fail(f"tensor '{name}': cannot open external data file '{location}': {e}") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Fail(f"tensor '{name}': external data location '{location}' is not a regular file")
         if st.st_nlink > 1:
@@ -286,6 +287,10 @@ def _load_external(tensor: TensorProto, folder: Path | None) -> None:
                 f"tensor '{name}': external data holds {length} bytes but shape {list(tensor.dims)} of "
                 f"{dtypes.tensor_type_string(tensor.data_type)} needs {needed}"
             )
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
         f.seek(offset)
         data = f.read(length)
     if len(data) != length:
@@ -303,7 +308,7 @@ def expected_nbytes(tensor: TensorProto) -> int | None:
         dt = dtypes.np_dtype(tensor.data_type)
     except ValueError:
         return None
-    count = int(np.prod(tensor.dims, dtype=np.int64)) if len(tensor.dims) else 1
+    count = math.prod(int(d) for d in tensor.dims)  # Python ints: no int64 wrap-around
     bits = {
         TensorProto.INT4: 4,
         TensorProto.UINT4: 4,
