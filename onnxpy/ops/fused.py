@@ -120,3 +120,11 @@ def fused_matmul(
     if bias is not None:
         y += bias
     return apply_activation(xp, y, activation, activation_params or [])
+
+
+@op("Gelu", 1, domain=DOMAIN)
+def fused_gelu(xp: Any, X: Any) -> Any:  # noqa: N803
+    """x * 0.5 * (1 + erf(x / sqrt(2))), from an exporter's decomposed pattern."""
+    from .elementwise import gelu
+
+    return gelu(xp, X)

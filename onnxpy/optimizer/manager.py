@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ir.graph import Graph, topological_sort
-from .passes import constant_folding, eliminate, fold_batchnorm, fuse_activation
+from .passes import constant_folding, eliminate, fold_batchnorm, fuse_activation, fuse_patterns
 
 Pass = Callable[[Graph], bool]
 
 # Like onnxruntime's levels: basic = semantics-preserving cleanups, extended = fusions into
 # onnxpy's own fused kernels, layout = nothing yet.
 BASIC: list[Pass] = [constant_folding.run, eliminate.run]
-EXTENDED: list[Pass] = [fold_batchnorm.run, fuse_activation.run]
+EXTENDED: list[Pass] = [fold_batchnorm.run, fuse_activation.run, fuse_patterns.run]
 LAYOUT: list[Pass] = []
 
 MAX_ROUNDS = 16

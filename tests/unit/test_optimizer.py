@@ -277,3 +277,108 @@ def test_optimized_model_filepath_writes_a_loadable_model(tmp_path) -> None:
     so2.optimized_model_filepath = str(src)
     with pytest.raises(onnxpy.InvalidArgument, match="refusing to overwrite"):
         onnxpy.InferenceSession(str(src), so2)
+
+
+def _gelu_nodes(order: str) -> list:
+    if order == "div_last_half":
+        return [
+            helper.make_node("Div", ["x", "sqrt2"], ["a"]),
+            helper.make_node("Erf", ["a"], ["e"]),
+            helper.make_node("Add", ["e", "one"], ["p"]),
+            helper.make_node("Mul", ["x", "p"], ["m"]),
+            helper.make_node("Mul", ["m", "half"], ["y"]),
+        ]
+    if order == "mul_half_first":
+        return [
+            helper.make_node("Mul", ["x", "rsqrt2"], ["a"]),
+            helper.make_node("Erf", ["a"], ["e"]),
+            helper.make_node("Add", ["one", "e"], ["p"]),
+            helper.make_node("Mul", ["x", "half"], ["hx"]),
+            helper.make_node("Mul", ["hx", "p"], ["y"]),
+        ]
+    return [  # (1 + erf) * 0.5, then * x
+        helper.make_node("Div", ["x", "sqrt2"], ["a"]),
+        helper.make_node("Erf", ["a"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["p"]),
+        helper.make_node("Mul", ["p", "half"], ["m"]),
+        helper.make_node("Mul", ["m", "x"], ["y"]),
+    ]
+
+
+@pytest.mark.parametrize("order", ["div_last_half", "mul_half_first", "half_then_x"])
+def test_gelu_patterns_fuse(order: str) -> None:
+    from onnxpy.optimizer.passes import fuse_patterns
+
+    consts = {
+        "sqrt2": np.array(np.sqrt(2), np.float32),
+        "rsqrt2": np.array(1 / np.sqrt(2), np.float32),
+        "one": np.array(1, np.float32),
+        "half": np.array(0.5, np.float32),
+    }
+    m = make_model(
+        _gelu_nodes(order),
+        [vinfo("x", TensorProto.FLOAT, [3, 8])],
+        [vinfo("y", TensorProto.FLOAT, [3, 8])],
+        initializers=consts,
+    )
+    graph = build_graph(m)
+    assert fuse_patterns.run(graph)
+    assert _ops(graph) == {"Gelu": 1}
+    _same_numbers(m, {"x": RNG.standard_normal((3, 8)).astype(np.float32) * 3})
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_decomposed_layernorm_fuses(affine: bool) -> None:
+    from onnxpy.optimizer.passes import fuse_patterns
+
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1]),
+        helper.make_node("Sub", ["x", "mu"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["sd"]),
+        helper.make_node("Div", ["d", "sd"], ["n" if affine else "y"]),
+    ]
+    consts = {"two": np.array(2, np.float32), "eps": np.array(1e-5, np.float32)}
+    if affine:
+        nodes += [helper.make_node("Mul", ["n", "gamma"], ["g"]), helper.make_node("Add", ["g", "beta"], ["y"])]
+        consts |= {
+            "gamma": RNG.standard_normal(16).astype(np.float32),
+            "beta": RNG.standard_normal(16).astype(np.float32),
+        }
+    m = make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, [2, 5, 16])],
+        [vinfo("y", TensorProto.FLOAT, [2, 5, 16])],
+        initializers=consts,
+        opset=13,
+    )
+    graph = build_graph(m)
+    assert fuse_patterns.run(graph)
+    assert _ops(graph) == {"LayerNormalization": 1}
+    _same_numbers(m, {"x": RNG.standard_normal((2, 5, 16)).astype(np.float32)})
+
+
+def test_transpose_pairs_merge_or_vanish() -> None:
+    from onnxpy.optimizer.passes import fuse_patterns
+
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t1"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["t1"], ["t2"], perm=[0, 2, 1, 3]),  # cancels
+        helper.make_node("Transpose", ["t2"], ["t3"], perm=[3, 0, 1, 2]),
+        helper.make_node("Transpose", ["t3"], ["y"], perm=[1, 2, 3, 0]),  # cancels again
+        helper.make_node("Transpose", ["x"], ["u1"], perm=[1, 0, 2, 3]),
+        helper.make_node("Transpose", ["u1"], ["z"], perm=[0, 1, 3, 2]),  # merges into one
+    ]
+    m = make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+        [vinfo("y", TensorProto.FLOAT, [2, 3, 4, 5]), vinfo("z", TensorProto.FLOAT, [3, 2, 5, 4])],
+    )
+    graph = build_graph(m)
+    assert fuse_patterns.run(graph)
+    assert _ops(graph) == {"Identity": 2, "Transpose": 1}
+    assert eliminate.run(graph)  # the inner Identity goes; the one naming output y stays
+    assert _ops(graph) == {"Identity": 1, "Transpose": 1}
+    _same_numbers(m, {"x": RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)})
