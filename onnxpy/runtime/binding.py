@@ -37,30 +37,52 @@ _UNBOUNDED = 2**31 - 1
 def _check_arity(node: Node, opdef: registry.OpDef, schema: Any) -> None:
     """Input and output counts the schema and the kernel accept, and no required input left
     empty: checked at creation, so a malformed node never reaches a kernel as a TypeError."""
-    n_in = len(node.inputs)
-    given = n_in
-    while given and not node.inputs[given - 1]:
-        given -= 1  # trailing "" are omitted optional inputs
-    n_out = len(node.outputs)
-    what = f"the {node.op_type} schema (opset {node.opset})"
     if schema is not None:
-        lo, hi = schema.min_input, schema.max_input
-        if n_in > hi:
-            raise InvalidGraph(f"{node.describe()} has {n_in} inputs; {what} takes {_range(lo, hi)}")
-        single = onnx.defs.OpSchema.FormalParameterOption.Single
-        for i, formal in enumerate(schema.inputs[:n_in]):
-            if formal.option == single and not node.inputs[i]:
-                raise InvalidGraph(f"{node.describe()}: input {i} ('{formal.name}') is required but was left empty")
-        if given < lo:
-            raise InvalidGraph(f"{node.describe()} has {given} inputs; {what} takes {_range(lo, hi)}")
-        lo, hi = schema.min_output, schema.max_output
-        if n_out > hi or n_out < lo:
-            raise InvalidGraph(f"{node.describe()} has {n_out} outputs; {what} makes {_range(lo, hi)}")
+        _check_schema_arity(node, schema)
+    n_in = len(node.inputs)
+    given = _given(node)
     lo, hi = _kernel_arity(opdef.fn)
     if given < lo or (hi is not None and n_in > hi):
         raise InvalidGraph(
             f"{node.describe()} has {n_in} inputs; onnxpy's {opdef.qualified_name} kernel takes {_range(lo, hi)}"
         )
+
+
+def _given(node: Node) -> int:
+    given = len(node.inputs)
+    while given and not node.inputs[given - 1]:
+        given -= 1  # trailing "" are omitted optional inputs
+    return given
+
+
+def _check_schema_arity(node: Node, schema: Any) -> None:
+    n_in, n_out, given = len(node.inputs), len(node.outputs), _given(node)
+    what = f"the {node.op_type} schema (opset {node.opset})"
+    lo, hi = schema.min_input, schema.max_input
+    if n_in > hi:
+        raise InvalidGraph(f"{node.describe()} has {n_in} inputs; {what} takes {_range(lo, hi)}")
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    for i, formal in enumerate(schema.inputs[:n_in]):
+        if formal.option == single and not node.inputs[i]:
+            raise InvalidGraph(f"{node.describe()}: input {i} ('{formal.name}') is required but was left empty")
+    if given < lo:
+        raise InvalidGraph(f"{node.describe()} has {given} inputs; {what} takes {_range(lo, hi)}")
+    lo, hi = schema.min_output, schema.max_output
+    if n_out > hi or n_out < lo:
+        raise InvalidGraph(f"{node.describe()} has {n_out} outputs; {what} makes {_range(lo, hi)}")
+
+
+def validate_node(node: Node) -> None:
+    """The structural checks that need no provider: input/output counts against the schema and
+    the generic kernel, required inputs present, control-flow body signatures. Run on every node
+    before the optimizer, whose passes may assume a well-formed node."""
+    opdef = registry.resolve(node.domain, node.op_type, node.opset)
+    schema = schema_for(node)
+    if opdef is not None:
+        _check_arity(node, opdef, schema)
+    elif schema is not None:
+        _check_schema_arity(node, schema)
+    _check_subgraph_arity(node)
 
 
 def _range(lo: int, hi: int | None) -> str:

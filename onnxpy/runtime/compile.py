@@ -10,10 +10,11 @@ from onnx import ModelProto
 
 from ..api.errors import InvalidGraph
 from ..ir.functions import expand_functions, local_function_table
-from ..ir.graph import Graph, graph_from_proto, nesting_depth, normalize_domain, topological_sort
+from ..ir.graph import Graph, graph_from_proto, iter_graphs, nesting_depth, normalize_domain, topological_sort
 from ..model import dtypes
 from ..model.load import check_nesting
 from ..ops import registry
+from .binding import validate_node
 
 
 def model_opsets(model: ModelProto) -> dict[str, int]:
@@ -163,6 +164,9 @@ def build_graph(model: ModelProto, release_data: bool = False) -> Graph:
     local = local_function_table(model.functions)
     expand_functions(graph, local, lambda n: registry.resolve(n.domain, n.op_type, n.opset) is not None)
     topological_sort(graph)
+    for g in iter_graphs(graph):
+        for node in g.nodes:
+            validate_node(node)
     ensure_recursion_limit(nesting_depth(graph))
     return graph
 
