@@ -6,6 +6,7 @@ only pass the attributes its opset defines; they all share one implementation.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any
@@ -82,14 +83,7 @@ def _max_pool(
     xpad = pad_input(xp, x, begin, end, out, ext, strides, _lowest(x.dtype))
     offsets_all = list(itertools.product(*(range(k) for k in kernel_shape)))
     if not want_indices:
-        y = None
-        for offsets in offsets_all:
-            v = xpad[window_slices(offsets, dilations, strides, out)]
-            if y is None:
-                y = v.copy()
-            else:
-                xp.maximum(y, v, out=y)
-        return y
+        return _separable(xp, xpad, kernel_shape, strides, dilations, out, xp.maximum)
     # With Indices: the first maximal element in kernel order wins (strict '>'); padded
     # positions never win, which only depends on positions, so it is tracked on the host.
     spatial = x.shape[2:]
@@ -170,6 +164,42 @@ def max_pool(
 # -- AveragePool / LpPool ------------------------------------------------------------------------
 
 
+def _separable(
+    xp: Any, xpad: Any, kernel: list[int], strides: list[int], dilations: list[int], out: list[int], combine: Any
+) -> Any:
+    """Reduce rectangular windows one spatial axis at a time (max and sum are separable):
+    sum(k) passes over shrinking arrays instead of prod(k) passes over the output."""
+    cur = xpad
+    for a, (k, s, d, o) in enumerate(zip(kernel, strides, dilations, out)):
+        idx: list[slice] = [slice(None)] * xpad.ndim
+        idx[2 + a] = slice(0, (o - 1) * s + 1, s)
+        acc = cur[tuple(idx)].copy()
+        for offset in range(1, k):
+            idx[2 + a] = slice(offset * d, offset * d + (o - 1) * s + 1, s)
+            combine(acc, cur[tuple(idx)], out=acc)
+        cur = acc
+    return cur
+
+
+@functools.lru_cache(maxsize=256)
+def _window_counts_cached(
+    spatial: tuple[int, ...],
+    kernel: tuple[int, ...],
+    begin: tuple[int, ...],
+    end: tuple[int, ...],
+    out: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    include_pad: int,
+) -> np.ndarray | None:
+    counts = _window_counts(
+        spatial, list(kernel), list(begin), list(end), list(out), list(strides), list(dilations), [], include_pad
+    )
+    if counts is not None:
+        counts.flags.writeable = False
+    return counts
+
+
 def _window_counts(
     spatial: tuple[int, ...],
     kernel: list[int],
@@ -217,10 +247,7 @@ def _sum_pool(
     if power is not None:
         src = xp.abs(src) if power == 1 else (src * src if power == 2 else xp.abs(src) ** acc.type(power))
     xpad = pad_input(xp, src, begin, end, out, ext, strides, 0)
-    total = xp.zeros((*x.shape[:2], *out), dtype=acc)
-    for offsets in itertools.product(*(range(k) for k in kernel_shape)):
-        total += xpad[window_slices(offsets, dilations, strides, out)]
-    return total
+    return _separable(xp, xpad, kernel_shape, strides, dilations, out, xp.add)
 
 
 def _average_pool(
@@ -236,7 +263,16 @@ def _average_pool(
 ) -> Any:
     begin, end, out, strides, dilations, ext = _setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     total = _sum_pool(xp, x, kernel_shape, strides, dilations, begin, end, out, ext, None)
-    count = _window_counts(x.shape[2:], kernel_shape, begin, end, out, strides, dilations, ext, count_include_pad)
+    count = _window_counts_cached(
+        tuple(x.shape[2:]),
+        tuple(kernel_shape),
+        tuple(begin),
+        tuple(end),
+        tuple(out),
+        tuple(strides),
+        tuple(dilations),
+        int(count_include_pad),
+    )
     if count is None:
         total /= total.dtype.type(math.prod(kernel_shape))
     else:
