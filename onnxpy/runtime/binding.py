@@ -11,7 +11,7 @@ import onnx
 
 from ..api import errors
 from ..api.errors import InvalidGraph
-from ..ir.graph import Graph, Node, free_names
+from ..ir.graph import Graph, Node, free_names, normalize_domain
 from ..ops import registry
 from ..planner.build import BoundNode
 from ..providers.base import Provider
@@ -72,12 +72,135 @@ def _check_schema_arity(node: Node, schema: Any) -> None:
         raise InvalidGraph(f"{node.describe()} has {n_out} outputs; {what} makes {_range(lo, hi)}")
 
 
+def validate_protos(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
+    """Schema checks on the protobuf, before anything else reads the model -- in particular
+    before onnx's C++ shape inference, whose operator functions assume well-formed nodes (a
+    required input left empty crashes some of them): input and output counts, required inputs
+    and attributes present, attribute types, control-flow body signatures. Walks every graph,
+    subgraph and local function body without recursion."""
+    stack: list[tuple[onnx.GraphProto | onnx.FunctionProto, dict[str, int]]] = [(model.graph, opsets)]
+    for fn in model.functions:
+        own = dict(opsets)
+        own.update({normalize_domain(i.domain): i.version for i in fn.opset_import})
+        stack.append((fn, own))
+    while stack:
+        g, versions = stack.pop()
+        for p in g.node:
+            _validate_proto(p, versions)
+            for a in p.attribute:
+                if a.HasField("g"):
+                    stack.append((a.g, versions))
+                stack.extend((sub, versions) for sub in a.graphs)
+
+
+def _describe_proto(p: onnx.NodeProto) -> str:
+    dom = f"{p.domain}." if p.domain and p.domain != "ai.onnx" else ""
+    return f"node '{p.name}' ({dom}{p.op_type})" if p.name else f"unnamed {dom}{p.op_type} node"
+
+
+def _validate_proto(p: onnx.NodeProto, versions: dict[str, int]) -> None:
+    domain = normalize_domain(p.domain)
+    opset = versions.get(domain, 0)
+    schema = _schema(p.op_type, opset, domain)
+    if schema is None:
+        return  # unknown here (a local function, a contrib op): checked once resolved
+    what = f"the {p.op_type} schema (opset {opset})"
+    n_in, n_out = len(p.input), len(p.output)
+    given = n_in
+    while given and not p.input[given - 1]:
+        given -= 1
+    if n_in > schema.max_input:
+        raise InvalidGraph(
+            f"{_describe_proto(p)} has {n_in} inputs; {what} takes {_range(schema.min_input, schema.max_input)}"
+        )
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    for i, formal in enumerate(schema.inputs[:n_in]):
+        if formal.option == single and not p.input[i]:
+            raise InvalidGraph(f"{_describe_proto(p)}: input {i} ('{formal.name}') is required but was left empty")
+    if given < schema.min_input:
+        raise InvalidGraph(
+            f"{_describe_proto(p)} has {given} inputs; {what} takes {_range(schema.min_input, schema.max_input)}"
+        )
+    if n_out > schema.max_output or n_out < schema.min_output:
+        raise InvalidGraph(
+            f"{_describe_proto(p)} has {n_out} outputs; {what} makes {_range(schema.min_output, schema.max_output)}"
+        )
+    seen: set[str] = set()
+    names = onnx.AttributeProto.AttributeType.Name
+    for a in p.attribute:
+        if a.name in seen:
+            raise InvalidGraph(f"{_describe_proto(p)} has attribute '{a.name}' twice")
+        seen.add(a.name)
+        declared = schema.attributes.get(a.name)
+        if declared is None or a.ref_attr_name:
+            continue
+        want = int(declared.type)
+        if want and a.type != want:
+            raise InvalidGraph(
+                f"{_describe_proto(p)}: attribute '{a.name}' has type {_type_name(names, a.type)}, "
+                f"{what} declares {names(want)}"
+            )
+    missing = sorted(k for k, v in schema.attributes.items() if v.required and k not in seen)
+    if missing:
+        raise InvalidGraph(f"{_describe_proto(p)} is missing required attribute(s) {missing}")
+    if not domain and p.op_type in ("If", "Loop", "Scan"):
+        _check_body_protos(p, opset)
+
+
+def _type_name(names: Callable[[int], str], t: int) -> str:
+    try:
+        return names(t)
+    except ValueError:
+        return f"an unknown type ({t})"
+
+
+def _check_body_protos(p: onnx.NodeProto, opset: int) -> None:
+    bodies = {a.name: a.g for a in p.attribute if a.HasField("g")}
+    n_in, n_out = len(p.input), len(p.output)
+    if p.op_type == "If":
+        for key in ("then_branch", "else_branch"):
+            g = bodies.get(key)
+            if g is not None and len(g.output) != n_out:
+                raise InvalidGraph(
+                    f"{_describe_proto(p)}: its {key} returns {len(g.output)} values, the node has {n_out} outputs"
+                )
+        return
+    body = bodies.get("body")
+    if body is None:
+        return
+    if p.op_type == "Loop":
+        carried = max(n_in - 2, 0)
+        if len(body.input) != 2 + carried:
+            raise InvalidGraph(
+                f"{_describe_proto(p)}: the body takes {len(body.input)} inputs, expected 2 + {carried} "
+                "(iteration, condition and the loop-carried values)"
+            )
+        if n_out < carried or len(body.output) != 1 + n_out:
+            raise InvalidGraph(
+                f"{_describe_proto(p)}: the body returns {len(body.output)} values; with {carried} loop-carried "
+                f"values and {n_out} node outputs it must return {1 + n_out}"
+            )
+    else:
+        explicit = n_in - (1 if opset < 9 else 0)
+        if len(body.input) != explicit:
+            raise InvalidGraph(
+                f"{_describe_proto(p)}: the body takes {len(body.input)} inputs, the node gives it {explicit}"
+            )
+        if len(body.output) != n_out:
+            raise InvalidGraph(
+                f"{_describe_proto(p)}: the body returns {len(body.output)} values, the node has {n_out} outputs"
+            )
+
+
 def validate_node(node: Node) -> None:
-    """The structural checks that need no provider: input/output counts against the schema and
-    the generic kernel, required inputs present, control-flow body signatures. Run on every node
-    before the optimizer, whose passes may assume a well-formed node."""
+    """The structural checks that need no provider: attribute types and input/output counts
+    against the schema, input counts against the generic kernel, required inputs present,
+    control-flow body signatures. Run on every node before the optimizer, whose passes may
+    assume a well-formed node."""
     opdef = registry.resolve(node.domain, node.op_type, node.opset)
     schema = schema_for(node)
+    for key in node.attrs:
+        _check_attribute_type(node, key)
     if opdef is not None:
         _check_arity(node, opdef, schema)
     elif schema is not None:

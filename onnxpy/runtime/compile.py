@@ -14,7 +14,7 @@ from ..ir.graph import Graph, graph_from_proto, iter_graphs, nesting_depth, norm
 from ..model import dtypes
 from ..model.load import check_nesting
 from ..ops import registry
-from .binding import validate_node
+from .binding import validate_node, validate_protos
 
 
 def model_opsets(model: ModelProto) -> dict[str, int]:
@@ -152,6 +152,7 @@ def build_graph(model: ModelProto, release_data: bool = False) -> Graph:
     check_nesting(model)  # before onnx's shape inference, which recurses in C++
     _check_io_types(model)
     opsets = model_opsets(model)
+    validate_protos(model, opsets)  # also before onnx's shape inference: it assumes sane nodes
     types = infer_types(model)
     graph = graph_from_proto(model.graph, opsets, types, release_data=release_data)
     names = [vi.name for vi in model.graph.input]
