@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
+import select
+import struct
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping
 
 import onnx
@@ -91,15 +99,190 @@ def _forget_invented_dims(graph: onnx.GraphProto) -> None:
                 stack.extend(a.graphs)
 
 
+SHAPE_INFERENCE_MODES = ("isolated", "in_process", "off")
+
+
+def shape_inference_mode() -> str:
+    """'isolated' (default where a helper process can be used), 'in_process' or 'off'; the
+    environment variable ONNXPY_SHAPE_INFERENCE chooses another."""
+    mode = os.environ.get("ONNXPY_SHAPE_INFERENCE", "isolated")
+    return mode if mode in SHAPE_INFERENCE_MODES else "isolated"
+
+
+# The helper process: reads requests (8-byte length + model) on stdin, answers on the
+# original stdout (1 status byte + 8-byte length + inferred model); anything onnx prints goes
+# to stderr. Its address space is capped so a hostile model cannot make it exhaust memory.
+_WORKER_CODE = r"""
+import os, struct, sys
+try:
+    import resource
+    limit = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+except Exception:
+    pass
+reply = os.fdopen(os.dup(1), "wb")
+os.dup2(2, 1)
+import onnx
+requests = sys.stdin.buffer
+while True:
+    head = requests.read(8)
+    if len(head) < 8:
+        break
+    (n,) = struct.unpack("<Q", head)
+    data = requests.read(n)
+    try:
+        model = onnx.ModelProto.FromString(data)
+        out = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        body = out.SerializeToString()
+        reply.write(b"\x00" + struct.pack("<Q", len(body)) + body)
+    except Exception:
+        reply.write(b"\x01" + struct.pack("<Q", 0))
+    reply.flush()
+"""
+
+_UNAVAILABLE = object()
+
+
+class _ShapeInference:
+    """One helper process per interpreter, started on first use, serving one request at a time.
+
+    A request that crashes or hangs the helper (killed after ``timeout`` seconds) yields None
+    and the next request starts a fresh helper. After a fork the child starts its own.
+    """
+
+    memory_limit = 4 << 30
+    timeout = 300.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owner = 0
+        self._broken = False
+        atexit.register(self.close)
+
+    def infer(self, data: bytes) -> bytes | None | object:
+        if self._broken or not hasattr(select, "select") or sys.platform == "win32":
+            return _UNAVAILABLE
+        with self._lock:
+            proc = self._process()
+            if proc is None:
+                return _UNAVAILABLE
+            ok = False
+            try:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(struct.pack("<Q", len(data)) + data)
+                proc.stdin.flush()
+                deadline = time.monotonic() + self.timeout
+                head = _read_exactly(proc.stdout.fileno(), 9, deadline)
+                if head is None:
+                    return None  # crashed or hung on this model
+                status, n = head[0], struct.unpack("<Q", head[1:])[0]
+                body = _read_exactly(proc.stdout.fileno(), n, deadline)
+                if body is None:
+                    return None
+                ok = True
+                return body if status == 0 else None
+            except OSError:
+                return None
+            finally:
+                if not ok:
+                    self._kill()
+
+    def _process(self) -> subprocess.Popen[bytes] | None:
+        if self._proc is not None and (self._owner != os.getpid() or self._proc.poll() is not None):
+            if self._owner == os.getpid():
+                self._kill()
+            self._proc = None  # a forked child never touches its parent's helper
+        if self._proc is None:
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-c", _WORKER_CODE, str(self.memory_limit)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    close_fds=True,
+                )
+            except OSError:
+                self._broken = True
+                return None
+            self._owner = os.getpid()
+        return self._proc
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=5)
+        for f in (proc.stdin, proc.stdout):
+            with contextlib.suppress(Exception):
+                if f is not None:
+                    f.close()
+
+    def close(self) -> None:
+        if self._proc is not None and self._owner == os.getpid():
+            self._kill()
+
+
+def _read_exactly(fd: int, n: int, deadline: float) -> bytes | None:
+    """``n`` bytes from ``fd`` before ``deadline``; None at end of file or on timeout."""
+    chunks: list[bytes] = []
+    while n > 0:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            return None
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+_ISOLATED = _ShapeInference()
+
+
 def infer_types(model: ModelProto) -> dict[str, onnx.TypeProto]:
     """Types of intermediate values in every (sub)graph, from onnx's shape inference (empty where
-    it cannot say). Value names are unique across scopes in valid ONNX, so one table serves all."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(
-            _weightless_copy(model), check_type=False, strict_mode=False, data_prop=True
-        )
-    except Exception:  # noqa: BLE001 - inference is a help, not a requirement
+    it cannot say). Value names are unique across scopes in valid ONNX, so one table serves all.
+
+    onnx's inference is C++ written for well-formed models: on hostile ones some operators'
+    inference functions read out of bounds or abort (fuzzing found Split with more outputs than
+    'num_outputs'). By default it therefore runs in a helper process (see ``_ShapeInference``),
+    where a crash costs only the inferred types, never the caller's process.
+    """
+    mode = shape_inference_mode()
+    if mode == "off":
         return {}
+    try:
+        light = _weightless_copy(model)
+        request = light.SerializeToString() if mode == "isolated" else b""
+    except Exception:  # noqa: BLE001 - e.g. nested deeper than protobuf copies: no inference
+        return {}
+    inferred: ModelProto | None = None
+    if mode == "isolated":
+        data = _ISOLATED.infer(request)
+        if data is _UNAVAILABLE:
+            mode = "in_process"  # no helper process on this platform
+        elif data is not None:
+            inferred = ModelProto()
+            try:
+                inferred.ParseFromString(data)
+            except Exception:  # noqa: BLE001 - a garbled reply is a failed inference
+                return {}
+        else:
+            return {}
+    if mode == "in_process":
+        try:
+            inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+        except Exception:  # noqa: BLE001 - inference is a help, not a requirement
+            return {}
+    assert inferred is not None
     out: dict[str, onnx.TypeProto] = {}
     _forget_invented_dims(inferred.graph)
     stack = [inferred.graph]
