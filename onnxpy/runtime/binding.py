@@ -83,10 +83,12 @@ def validate_protos(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
         own = dict(opsets)
         own.update({normalize_domain(i.domain): i.version for i in fn.opset_import})
         stack.append((fn, own))
+    local = {(normalize_domain(f.domain), f.name) for f in model.functions}
     while stack:
         g, versions = stack.pop()
         for p in g.node:
-            _validate_proto(p, versions)
+            if (normalize_domain(p.domain), p.op_type) not in local:
+                _validate_proto(p, versions)
             for a in p.attribute:
                 if a.HasField("g"):
                     stack.append((a.g, versions))
@@ -103,6 +105,14 @@ def _validate_proto(p: onnx.NodeProto, versions: dict[str, int]) -> None:
     opset = versions.get(domain, 0)
     schema = _schema(p.op_type, opset, domain)
     if schema is None:
+        later = _schema(p.op_type, 1 << 30, domain)
+        if later is not None:
+            # An onnx operator used at an opset where it does not exist yet (or an opset that is
+            # not one): never runnable, and unchecked by the schema -- refuse it now.
+            raise errors.NotImplemented(
+                f"{_describe_proto(p)}: operator {p.op_type} does not exist at opset {opset} of domain "
+                f"'{domain or 'ai.onnx'}' (it first appears at opset {later.since_version})"
+            )
         return  # unknown here (a local function, a contrib op): checked once resolved
     what = f"the {p.op_type} schema (opset {opset})"
     n_in, n_out = len(p.input), len(p.output)
