@@ -51,21 +51,30 @@ _P32 = (
 _Q32 = (1.0, 0.4970368444919586, 0.11385925859212875, 0.015468002296984196, 0.0013125778641551733, 6.43711828161031e-05)
 
 
-def _erf32(xp: Any, x: Any) -> Any:
-    v = xp.clip(x.astype(np.float32), -4.0, 4.0)
+def _erf32(xp: Any, x: Any, scale: float = 1.0) -> Any:
+    """erf(scale * x) in float32, in a fresh array. In-place passes only: min/max instead of
+    clip (much cheaper in numpy), and NaN needs no special case since every step propagates it."""
+    v = x.astype(np.float32) if scale == 1.0 else x.astype(np.float32) * np.float32(scale)
+    if v is x:
+        v = v.copy()
+    xp.minimum(v, 4.0, out=v)
+    xp.maximum(v, -4.0, out=v)
     u = v * v
-    num = xp.full_like(u, _P32[-1])
-    for c in _P32[-2::-1]:
+    num = u * _P32[-1]
+    num += _P32[-2]
+    for c in _P32[-3::-1]:
         num *= u
         num += c
-    den = xp.full_like(u, _Q32[-1])
-    for c in _Q32[-2::-1]:
+    den = u * _Q32[-1]
+    den += _Q32[-2]
+    for c in _Q32[-3::-1]:
         den *= u
         den += c
     num *= v
     num /= den
-    xp.clip(num, -1.0, 1.0, out=num)
-    return xp.where(xp.isnan(x), x.astype(np.float32), num) if x.dtype.kind == "f" else num
+    xp.minimum(num, 1.0, out=num)
+    xp.maximum(num, -1.0, out=num)
+    return num
 
 
 def erf(xp: Any, x: Any) -> Any:
