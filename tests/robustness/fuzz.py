@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import onnx
 from hypothesis import strategies as st
-from onnx import AttributeProto, TensorProto
+from onnx import AttributeProto, TensorProto, numpy_helper
 
 import onnxpy
 from onnxpy.ir import graph as ir_graph
@@ -238,6 +238,32 @@ def mutate_model_level(data: Any, model: onnx.ModelProto) -> str:
     return how
 
 
+def freeze_input(data: Any, model: onnx.ModelProto, recorded: dict[str, Any]) -> str:
+    """Turn a graph input into an initializer holding its recorded value, maybe with an edge
+    value in it: constant folding then runs the kernel at session creation."""
+    names = [i.name for i in model.graph.input if isinstance(recorded.get(i.name), np.ndarray)]
+    if not names:
+        return "nothing to freeze"
+    name = data.draw(st.sampled_from(names))
+    value = np.array(recorded[name], copy=True)
+    if value.size and value.dtype.kind in "iu" and data.draw(st.booleans()):
+        flat = value.reshape(-1)
+        edge = data.draw(st.sampled_from([-1, 0, 1, 2, 1 << 20, -(1 << 20)]))
+        flat[data.draw(st.integers(0, flat.size - 1))] = np.array(edge).astype(value.dtype)
+    elif value.size and value.dtype.kind == "f" and data.draw(st.booleans()):
+        value.reshape(-1)[0] = data.draw(st.sampled_from([np.nan, np.inf, -np.inf, 0.0]))
+    try:
+        tensor = numpy_helper.from_array(value, name)
+    except Exception:  # noqa: BLE001 - a dtype onnx cannot store: leave the input alone
+        return "unfreezable"
+    keep = [i for i in model.graph.input if i.name != name]
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+    model.graph.initializer.append(tensor)
+    model.ir_version = max(model.ir_version, 4)
+    return f"froze {name}"
+
+
 PROTO_MUTATIONS: list[Callable[[Any, onnx.ModelProto], str]] = [
     mutate_attribute,
     mutate_shape_or_type,
@@ -382,8 +408,9 @@ def small_budgets() -> Iterator[None]:
         _compat.DEFAULT_MAX_ALLOC_BYTES, ir_graph.MAX_DENSE_BYTES = saved
 
 
-def session_options() -> onnxpy.SessionOptions:
+def session_options(level: int = 99) -> onnxpy.SessionOptions:
     so = onnxpy.SessionOptions()
+    so.graph_optimization_level = onnxpy.GraphOptimizationLevel(level)
     so.add_session_config_entry("session.max_allocation_bytes", str(FUZZ_BUDGET))
     so.log_severity_level = 4
     return so
@@ -399,6 +426,8 @@ def run_example(data: Any, log: Callable[[bytes, Outcome], None] | None = None) 
     recorded = dict(zip(input_names, inputs))
     model = onnx.ModelProto()
     model.ParseFromString(raw)
+    if data.draw(st.integers(0, 3)) == 0:
+        out.mutations.append(freeze_input(data, model, recorded))
     for _ in range(data.draw(st.integers(0, 3))):
         mutation = data.draw(st.sampled_from(PROTO_MUTATIONS))
         out.mutations.append(mutation(data, model))
@@ -414,19 +443,36 @@ def run_example(data: Any, log: Callable[[bytes, Outcome], None] | None = None) 
     except Exception:  # noqa: BLE001 - unparsable mutations still go to onnxpy as bytes
         parsed = model
     try:
-        sess = onnxpy.InferenceSession(source, session_options())
+        sess = onnxpy.InferenceSession(source, session_options(data.draw(st.sampled_from([99, 99, 1, 0]))))
     except onnxpy.OnnxpyError as e:
         out.error = type(e).__name__
         return out
     out.stage = "run"
     feeds = feeds_for(data, sess, recorded, parsed)
     try:
-        sess.run(None, feeds)
+        if data.draw(st.integers(0, 3)) == 0:
+            _run_bound(sess, feeds)
+        else:
+            sess.run(None, feeds)
     except onnxpy.OnnxpyError as e:
         out.error = type(e).__name__
         return out
     out.stage = "done"
     return out
+
+
+def _run_bound(sess: onnxpy.InferenceSession, feeds: dict[str, Any]) -> None:
+    """The same run through an IOBinding with outputs allocated by the session."""
+    if not all(isinstance(v, np.ndarray) for v in feeds.values()):
+        sess.run(None, feeds)  # sequences, maps and empty optionals are not bound from numpy
+        return
+    io = sess.io_binding()
+    for name, value in feeds.items():
+        io.bind_cpu_input(name, value)
+    for arg in sess.get_outputs():
+        io.bind_output(arg.name)
+    sess.run_with_iobinding(io)
+    io.copy_outputs_to_cpu()
 
 
 def env_int(name: str, default: int) -> int:
