@@ -89,7 +89,8 @@ def _softmax(xp: Any, x: Any, axis: int, log: bool) -> Any:
     # Elementwise steps run in x's own precision (as the spec's function body does); the sum
     # accumulates in float32 or wider so long axes do not lose half-precision bits.
     m = xp.max(x, axis=axis, keepdims=True)
-    m = xp.where(xp.isfinite(m), m, x.dtype.type(0))
+    if not bool(xp.isfinite(m).all()):  # rare: rows of -inf/inf/NaN; keep the shift finite
+        m = xp.where(xp.isfinite(m), m, x.dtype.type(0))
     e = x - m
     acc = _cdt(x.dtype)
     if log:
@@ -97,8 +98,7 @@ def _softmax(xp: Any, x: Any, axis: int, log: bool) -> Any:
         return e - xp.log(total).astype(x.dtype, copy=False)
     xp.exp(e, out=e)  # e is a fresh array: exponentiate in place
     total = xp.sum(e, axis=axis, keepdims=True, dtype=acc).astype(x.dtype, copy=False)
-    with np.errstate(invalid="ignore", divide="ignore"):  # an all -inf row is NaN, as in onnxruntime
-        e /= total
+    e /= total  # an all -inf row is NaN, as in onnxruntime (the session runs under errstate)
     return e
 
 
