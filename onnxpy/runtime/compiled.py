@@ -43,6 +43,7 @@ class CompiledGraph:
             name: self.placement.constant_provider(name).from_host(_read_only(arr)) for name, arr in graph.initializers.items()
         }
         self.outer = tuple(outer)
+        self._mixed: bool | None = None
         self.plan: ExecutionPlan = self.plan_for(graph.outputs if fetch is None else fetch)
 
     def plan_for(self, fetch: Sequence[str]) -> ExecutionPlan:
@@ -66,9 +67,13 @@ class CompiledGraph:
         if outer:
             for n, i in plan.outer_ids.items():
                 by_id[i] = outer[n]
+        if self._mixed is None:  # computed once: placement never changes after compiling
+            self._mixed = self.placement.mixed
+        if self.provider.device_type == "cpu" and not self._mixed:
+            return execute(plan, by_id, terminate=terminate, observer=observer)
         with run_scope(self.provider):  # a device provider's device and stream
             out = execute(plan, by_id, terminate=terminate, observer=observer)
-            if self.placement.mixed:  # a fetched intermediate value may have been made on the CPU
+            if self._mixed:  # a fetched intermediate value may have been made on the CPU
                 out = [to_provider(v, self.provider) for v in out]
         return out
 
