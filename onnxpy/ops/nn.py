@@ -415,13 +415,16 @@ def lrn(xp: Any, X: Any, *, size: int, alpha: float = 0.0001, beta: float = 0.75
     x = _up(X)
     c = x.shape[1]
     sq = x * x
-    before = (size - 1) // 2
-    after = size - 1 - before
+    # A window reaching past the channels adds only zeros: clamp its reach to c, so a huge
+    # 'size' (an attribute of a model from anywhere) does not size an allocation.
+    before = min((size - 1) // 2, c)
+    after = min(size - 1 - (size - 1) // 2, c)
     # Window sums over channels through a cumulative sum along axis 1.
     pad = [(0, 0)] * x.ndim
     pad[1] = (before + 1, after)
     cs = xp.cumsum(xp.pad(sq, pad), axis=1)
-    window = cs[:, size : size + c] - cs[:, 0:c]
+    span = before + after + 1
+    window = cs[:, span : span + c] - cs[:, 0:c]
     t = x.dtype.type
     return (x / (t(bias) + t(alpha / size) * window) ** t(beta)).astype(X.dtype, copy=False)
 

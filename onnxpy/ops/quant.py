@@ -69,10 +69,9 @@ def _broadcast_param(xp: Any, p: Any, shape: tuple[int, ...], axis: int, block_s
                 f"block_size {block_size} does not fit: axis {ax} of size {dim} needs ceil({dim}/{block_size}) "
                 f"blocks, {what} has {blocks}"
             )
-        full = xp.repeat(p, block_size, axis=ax)
-        idx = [slice(None)] * rank
-        idx[ax] = slice(0, dim)
-        return full[tuple(idx)]
+        # Element i of the axis uses block i // block_size: exactly ``dim`` entries, however
+        # large block_size is (one block may cover the whole axis).
+        return xp.take(p, xp.asarray(np.arange(dim, dtype=np.int64) // block_size), axis=ax)
     if p.ndim != 1 or p.shape[0] != shape[ax]:
         raise ValueError(
             f"{what} of shape {list(p.shape)} must be a scalar or a 1-D tensor of length {shape[ax]} "

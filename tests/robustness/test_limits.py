@@ -53,7 +53,9 @@ def _node_model(
     }
     inputs = [vinfo(n, elem[v.dtype], list(v.shape)) for n, v in feeds.items() if not n.startswith("_")]
     extra = {"ai.onnx.ml": 3} if domain == "ai.onnx.ml" else None
-    model = make_model([node], inputs, [vinfo(o, F if o == "y" else I64, None) for o in outs], opset=opset, extra_opsets=extra)
+    model = make_model(
+        [node], inputs, [vinfo(o, F if o == "y" else I64, None) for o in outs], opset=opset, extra_opsets=extra
+    )
     return model, {n: v for n, v in feeds.items() if not n.startswith("_")}
 
 
@@ -295,3 +297,29 @@ def test_session_still_runs_after_a_refused_allocation() -> None:
         sess.run(None, feeds)
     out = sess.run(None, {"shape": _i(3, 2)})[0]
     np.testing.assert_array_equal(out, np.zeros((3, 2), np.float32))
+
+
+def _lrn_reference(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
+    c = x.shape[1]
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    out = np.empty_like(x, dtype=np.float64)
+    for i in range(c):
+        window = (x[:, max(0, i - lo) : min(c, i + hi + 1)].astype(np.float64) ** 2).sum(axis=1)
+        out[:, i] = x[:, i] / (bias + alpha / size * window) ** beta
+    return out
+
+
+@pytest.mark.parametrize("size", [3, 7, (1 << 31) - 1])
+def test_lrn_size_attribute_does_not_size_an_allocation(size: int) -> None:
+    x = np.random.default_rng(0).standard_normal((2, 3, 2, 2)).astype(np.float32)
+    model, feeds = _node_model("LRN", {"x": x}, {"size": size, "alpha": 0.5, "beta": 0.75, "bias": 1.0})
+    out = _session(model).run(None, feeds)[0]
+    np.testing.assert_allclose(out, _lrn_reference(x, size, 0.5, 0.75, 1.0), rtol=1e-5, atol=1e-6)
+
+
+def test_quantize_block_size_attribute_does_not_size_an_allocation() -> None:
+    x = _f(0.5, -1.0, 2.0, 3.3)
+    model, feeds = _node_model("QuantizeLinear", {"x": x, "s": _f(0.5)}, {"axis": 0, "block_size": 1 << 40}, opset=21)
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.UINT8
+    out = _session(model).run(None, feeds)[0]
+    np.testing.assert_array_equal(out, np.clip(np.rint(x / 0.5), 0, 255).astype(np.uint8))
