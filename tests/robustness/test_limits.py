@@ -169,6 +169,12 @@ OVER_BUDGET = [
         ),
     ),
     (
+        "FeatureVectorizer",
+        lambda: _node_model(
+            "FeatureVectorizer", {"x": np.ones((2, 1), np.float32)}, {"inputdimensions": [1 << 30]}, domain="ai.onnx.ml"
+        ),
+    ),
+    (
         "TreeEnsembleRegressor",
         lambda: _node_model(
             "TreeEnsembleRegressor",

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...model import dtypes
-from .._compat import host_ints
+from .._compat import check_alloc, host_ints
 from ..registry import op
 from ._common import ML, Lookup, as_map, is_string, map_values, string_array, to_host
 
@@ -137,12 +137,15 @@ def dict_vectorizer(
 
 
 @op("FeatureVectorizer", 1, domain=ML)
-def feature_vectorizer(xp: Any, *X: Any, inputdimensions: list[int] | None = None) -> Any:
+def feature_vectorizer(xp: Any, *X: Any, inputdimensions: list[int] | None = None, ctx: Any = None) -> Any:
     dims = list(inputdimensions or [])
     if len(dims) != len(X):
         raise ValueError(f"inputdimensions has {len(dims)} entries for {len(X)} inputs")
+    if any(d < 0 for d in dims):
+        raise ValueError(f"inputdimensions {dims} must not be negative")
     rows = [x.reshape(1, -1) if x.ndim <= 1 else x.reshape(x.shape[0], -1) for x in X]
     n = rows[0].shape[0] if rows else 0
+    check_alloc((n, sum(dims)), np.float32, ctx, "FeatureVectorizer")  # widths are attributes
     parts = []
     for k, (r, d) in enumerate(zip(rows, dims)):
         if r.shape[0] != n:
