@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..model import dtypes
-from ._compat import host_ints, host_scalar, normalize_axis
+from ._compat import alloc_budget, host_ints, host_scalar, normalize_axis
 from .registry import op
 
 
@@ -75,6 +75,11 @@ def loop(xp: Any, M: Any, cond: Any, *rest: Any, body: Any, ctx: Any = None) -> 
     keep_going = True if cond is None else _truth(cond, "Loop condition")
     cond_value = xp.asarray(keep_going) if cond is None else cond
     scans: list[list[Any]] = [[] for _ in range(n_scan)]
+    # Scan outputs are stacked into one tensor each at the end: check the running total against
+    # the allocation budget as they accumulate, so a loop whose trip count comes from data
+    # cannot grow them without bound first.
+    budget = alloc_budget(ctx)
+    scan_bytes = [0] * n_scan
     run = body.run
     i = 0
     while keep_going and (max_trip is None or i < max_trip):
@@ -82,7 +87,14 @@ def loop(xp: Any, M: Any, cond: Any, *rest: Any, body: Any, ctx: Any = None) -> 
         cond_value = outs[0]
         carried = outs[1 : 1 + n_carried]
         for k in range(n_scan):
-            scans[k].append(outs[1 + n_carried + k])
+            item = outs[1 + n_carried + k]
+            scans[k].append(item)
+            scan_bytes[k] += int(getattr(item, "nbytes", 0))
+            if scan_bytes[k] > budget:
+                raise MemoryError(
+                    f"Loop: scan output {k} reaches {scan_bytes[k]} bytes after {i + 1} iterations, over the "
+                    f"session's allocation budget of {budget} bytes (session config 'session.max_allocation_bytes')"
+                )
         i += 1
         keep_going = _truth(cond_value, "the body's condition output")
     results: list[Any] = list(carried)

@@ -39,24 +39,16 @@ def _check_arity(node: Node, opdef: registry.OpDef, schema: Any) -> None:
     empty: checked at creation, so a malformed node never reaches a kernel as a TypeError."""
     if schema is not None:
         _check_schema_arity(node, schema)
-    n_in = len(node.inputs)
-    given = _given(node)
+    n_in = len(node.inputs)  # an empty name still fills its position (the kernel gets None)
     lo, hi = _kernel_arity(opdef.fn)
-    if given < lo or (hi is not None and n_in > hi):
+    if n_in < lo or (hi is not None and n_in > hi):
         raise InvalidGraph(
             f"{node.describe()} has {n_in} inputs; onnxpy's {opdef.qualified_name} kernel takes {_range(lo, hi)}"
         )
 
 
-def _given(node: Node) -> int:
-    given = len(node.inputs)
-    while given and not node.inputs[given - 1]:
-        given -= 1  # trailing "" are omitted optional inputs
-    return given
-
-
 def _check_schema_arity(node: Node, schema: Any) -> None:
-    n_in, n_out, given = len(node.inputs), len(node.outputs), _given(node)
+    n_in, n_out = len(node.inputs), len(node.outputs)
     what = f"the {node.op_type} schema (opset {node.opset})"
     lo, hi = schema.min_input, schema.max_input
     if n_in > hi:
@@ -65,8 +57,8 @@ def _check_schema_arity(node: Node, schema: Any) -> None:
     for i, formal in enumerate(schema.inputs[:n_in]):
         if formal.option == single and not node.inputs[i]:
             raise InvalidGraph(f"{node.describe()}: input {i} ('{formal.name}') is required but was left empty")
-    if given < lo:
-        raise InvalidGraph(f"{node.describe()} has {given} inputs; {what} takes {_range(lo, hi)}")
+    if n_in < lo:  # as onnx's checker counts: an empty optional input fills its position
+        raise InvalidGraph(f"{node.describe()} has {n_in} inputs; {what} takes {_range(lo, hi)}")
     lo, hi = schema.min_output, schema.max_output
     if n_out > hi or n_out < lo:
         raise InvalidGraph(f"{node.describe()} has {n_out} outputs; {what} makes {_range(lo, hi)}")
@@ -116,9 +108,6 @@ def _validate_proto(p: onnx.NodeProto, versions: dict[str, int]) -> None:
         return  # unknown here (a local function, a contrib op): checked once resolved
     what = f"the {p.op_type} schema (opset {opset})"
     n_in, n_out = len(p.input), len(p.output)
-    given = n_in
-    while given and not p.input[given - 1]:
-        given -= 1
     if n_in > schema.max_input:
         raise InvalidGraph(
             f"{_describe_proto(p)} has {n_in} inputs; {what} takes {_range(schema.min_input, schema.max_input)}"
@@ -127,9 +116,9 @@ def _validate_proto(p: onnx.NodeProto, versions: dict[str, int]) -> None:
     for i, formal in enumerate(schema.inputs[:n_in]):
         if formal.option == single and not p.input[i]:
             raise InvalidGraph(f"{_describe_proto(p)}: input {i} ('{formal.name}') is required but was left empty")
-    if given < schema.min_input:
+    if n_in < schema.min_input:  # as onnx's checker counts: an empty optional input fills its position
         raise InvalidGraph(
-            f"{_describe_proto(p)} has {given} inputs; {what} takes {_range(schema.min_input, schema.max_input)}"
+            f"{_describe_proto(p)} has {n_in} inputs; {what} takes {_range(schema.min_input, schema.max_input)}"
         )
     if n_out > schema.max_output or n_out < schema.min_output:
         raise InvalidGraph(

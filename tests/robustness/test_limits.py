@@ -329,3 +329,23 @@ def test_quantize_block_size_attribute_does_not_size_an_allocation() -> None:
     model.graph.output[0].type.tensor_type.elem_type = TensorProto.UINT8
     out = _session(model).run(None, feeds)[0]
     np.testing.assert_array_equal(out, np.clip(np.rint(x / 0.5), 0, 255).astype(np.uint8))
+
+
+def test_loop_scan_outputs_stop_at_the_budget() -> None:
+    """A Loop whose trip count is data, emitting a 1 KiB scan output per iteration: refused once
+    the stacked output would pass the budget, long before 2**40 iterations."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("ConstantOfShape", ["shape"], ["chunk"]),
+        ],
+        "body",
+        [vinfo("i", I64, []), vinfo("cond_in", TensorProto.BOOL, [])],
+        [vinfo("cond_out", TensorProto.BOOL, []), vinfo("chunk", F, [256])],
+    )
+    loop = helper.make_node("Loop", ["n", ""], ["chunks"], name="victim", body=body)
+    model = make_model([loop], [vinfo("n", I64, [])], [vinfo("chunks", F, None)], initializers={"shape": _i(256)})
+    sess = _session(model)
+    with pytest.raises(onnxpy.RuntimeException, match="victim.*budget"):
+        sess.run(None, {"n": np.array(1 << 40, np.int64)})
+    assert sess.run(None, {"n": np.array(3, np.int64)})[0].shape == (3, 256)
