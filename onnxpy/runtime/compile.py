@@ -123,6 +123,8 @@ except Exception:
 reply = os.fdopen(os.dup(1), "wb")
 os.dup2(2, 1)
 import onnx
+reply.write(b"R")  # ready: the parent knows this interpreter speaks the protocol
+reply.flush()
 requests = sys.stdin.buffer
 while True:
     head = requests.read(8)
@@ -152,6 +154,7 @@ class _ShapeInference:
 
     memory_limit = 4 << 30
     timeout = 300.0
+    startup_timeout = 60.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -159,6 +162,19 @@ class _ShapeInference:
         self._owner = 0
         self._broken = False
         atexit.register(self.close)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        """In a forked child: forget the parent's helper (closing only our copies of its pipes)
+        and the lock, which another thread may have held at the fork."""
+        proc, self._proc = self._proc, None
+        self._lock = threading.Lock()
+        if proc is not None:
+            for f in (proc.stdin, proc.stdout):
+                with contextlib.suppress(Exception):
+                    if f is not None:
+                        f.close()
 
     def infer(self, data: bytes) -> bytes | None | object:
         if self._broken or not hasattr(select, "select") or sys.platform == "win32":
@@ -206,6 +222,14 @@ class _ShapeInference:
                 self._broken = True
                 return None
             self._owner = os.getpid()
+            assert self._proc.stdout is not None
+            ready = _read_exactly(self._proc.stdout.fileno(), 1, time.monotonic() + self.startup_timeout)
+            if ready != b"R":
+                # Not a Python that can run the helper (an embedding host's executable...):
+                # inference stays in process from now on.
+                self._kill()
+                self._broken = True
+                return None
         return self._proc
 
     def _kill(self) -> None:

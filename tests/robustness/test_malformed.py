@@ -438,3 +438,19 @@ def test_shape_inference_modes(mode: str, monkeypatch: pytest.MonkeyPatch) -> No
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x.T)
     assert sess.get_outputs()[0].shape == ([] if mode == "off" else [3, 2])
+
+
+def test_shape_inference_helper_that_cannot_start_falls_back_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter whose sys.executable cannot run the helper (an embedding host) infers in
+    process instead of waiting for a helper that never answers."""
+    from onnxpy.runtime import compile as compile_mod
+
+    helper_process = compile_mod._ShapeInference()
+    helper_process.startup_timeout = 5.0
+    monkeypatch.setattr(compile_mod.sys, "executable", "/nonexistent/python")
+    assert helper_process.infer(b"") is compile_mod._UNAVAILABLE
+    monkeypatch.setattr(compile_mod, "_ISOLATED", helper_process)
+    m = make_model(
+        [helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], [vinfo("x", F, [2, 3])], [vinfo("y", F, None)]
+    )
+    assert onnxpy.InferenceSession(m.SerializeToString()).get_outputs()[0].shape == [3, 2]
