@@ -201,6 +201,8 @@ def free_names_table(graph: Graph) -> dict[int, set[str]]:
 
 def free_names_of_subgraphs(node: Node) -> set[str]:
     out: set[str] = set()
+    if not node.attrs:
+        return out  # the common case, asked once per node by every pass
     for g in node.subgraphs():
         out |= free_names(g)
     return out
