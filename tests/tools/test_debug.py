@@ -39,11 +39,12 @@ def test_every_intermediate_value_matches_onnxruntime(level: str) -> None:
     sess = onnxpy.InferenceSession(str(DEMO_MODEL), so)
     want = ort_with_outputs(model, names, {"input": X})
     # one at a time (values the optimizer fused away included) and all at once
+    # Winograd convolutions round to about 1e-5 of a value's scale: tolerances scale with it.
     for name, w in zip(names, want):
         (got,) = sess.run([name], {"input": X})
-        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(w).max())), err_msg=name)
     for name, got, w in zip(names, sess.run(names, {"input": X}), want):
-        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(w).max())), err_msg=name)
     # asking for intermediates leaves the normal outputs unchanged
     np.testing.assert_allclose(sess.run(None, {"input": X})[0], want[-1], rtol=1e-4, atol=1e-6)
 
