@@ -199,20 +199,23 @@ def _winograd_matrices() -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 _WINO = _winograd_matrices()
 _WINO_CACHE: dict[tuple[int, int], tuple[Any, Any]] = {}
-# Above this many bytes of transformed weights the F(4x4) weights cost more memory traffic
-# than they save (a 512x512 layer on a 7x7 map): F(2x2) is used instead.
-_F4_WEIGHT_BYTES = 16 << 20
 
 
 def _winograd_tile(k: list[int], strides: list[int], dilations: list[int], c: int, m: int, out: list[int]) -> int:
-    """Output tile size (4 or 2) for a 3x3 stride-1 convolution worth doing by Winograd, else 0.
-    Measured against the im2col GEMM on ResNet/Inception/DenseNet-sized layers: F(4x4) wins from
-    16 channels up, except where its transformed weights are large next to the image."""
-    if k != [3, 3] or strides != [1, 1] or dilations != [1, 1] or c < 16 or m < 16:
+    """Output tile size for a 3x3 stride-1 convolution worth doing by Winograd (4 or 2), else 0.
+
+    Chosen from measurements of every 3x3 layer shape of ResNet-50, VGG-19, Inception v1/v2,
+    DenseNet-121 and SqueezeNet, against the padded-width im2col GEMM: the transforms cost in
+    proportion to C and M per tile, the GEMM saving in proportion to C * M, so Winograd needs
+    many channels, and more output than input channels favours the direct GEMM. On maps of
+    27x27 and more F(4x4) wins from 64 channels; below that only wide layers (>= 192 input
+    channels) gain, and F(2x2) wastes fewer positions on small maps than F(4x4)'s 4x4 tiles.
+    """
+    if k != [3, 3] or strides != [1, 1] or dilations != [1, 1] or m > 2 * c:
         return 0
-    if 36 * c * m * 4 <= _F4_WEIGHT_BYTES:
-        return 4
-    return 2 if out[0] * out[1] <= 400 else 0
+    if out[0] * out[1] >= 27 * 27:
+        return 4 if c >= 64 else 0
+    return 2 if c >= 192 else 0
 
 
 def _winograd_weights(xp: Any, w: Any, r: int) -> Any:

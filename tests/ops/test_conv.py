@@ -99,10 +99,10 @@ CONV_CASES = [
     ("im2col_asymmetric_pads", (1, 2, 6, 6), (3, 2, 2, 3), 1, [1, 1], [0, 2, 3, 1], [1, 1]),
     ("padded_width_dilated_grouped", (2, 8, 10, 9), (6, 4, 3, 2), 2, [1, 1], [2, 1, 0, 3], [2, 3]),
     ("padded_width_no_pad", (1, 5, 6, 7), (3, 5, 2, 2), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
-    ("winograd", (2, 64, 7, 9), (64, 64, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
-    ("winograd_odd_asymmetric", (1, 64, 5, 6), (72, 64, 3, 3), 1, [1, 1], [0, 1, 2, 0], [1, 1]),
-    ("winograd_unpadded", (1, 96, 8, 8), (64, 96, 3, 3), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
-    ("winograd_f4_odd", (2, 16, 11, 13), (24, 16, 3, 3), 1, [1, 1], [1, 0, 2, 1], [1, 1]),
+    ("winograd_f4", (2, 64, 27, 29), (64, 64, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
+    ("winograd_f4_odd_asymmetric", (1, 64, 29, 27), (72, 64, 3, 3), 1, [1, 1], [0, 1, 2, 0], [1, 1]),
+    ("winograd_f2", (2, 192, 7, 9), (192, 192, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
+    ("winograd_f2_unpadded_odd", (1, 200, 8, 9), (96, 200, 3, 3), 1, [1, 1], [0, 2, 1, 0], [1, 1]),
     ("conv1d", (2, 4, 17), (6, 2, 4), 2, [3], [2, 1], [2]),
     ("conv3d", (1, 4, 5, 6, 7), (4, 2, 2, 3, 2), 2, [1, 2, 1], [1, 0, 1, 0, 1, 1], [2, 1, 1]),
     ("depthwise_3d", (1, 3, 4, 5, 6), (3, 1, 2, 2, 2), 3, [1, 1, 2], [0, 1, 0, 1, 0, 1], [1, 2, 1]),
@@ -360,12 +360,12 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
     """The cases above only test the fast paths if the dispatcher really picks them."""
     from onnxpy.ops import conv as conv_mod
 
-    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [7, 9]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [56, 56]) == 4
-    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 512, 512, [7, 7]) == 2  # weights too big for F(4x4)
-    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 512, 512, [56, 56]) == 0
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 32, [28, 28]) == 4
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 512, 512, [7, 7]) == 2
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [7, 9]) == 0  # small map, few channels
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 16, 64, [55, 55]) == 0  # M > 2C: direct GEMM
     assert conv_mod._winograd_tile([3, 3], [2, 2], [1, 1], 256, 256, [7, 7]) == 0
-    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 8, 64, [7, 7]) == 0
     calls: list[str] = []
     originals = {
         name: getattr(conv_mod, name) for name in ("_winograd", "_conv2d_padded_width", "_im2col_gemm", "_depthwise")
@@ -383,7 +383,8 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         for name in originals:
             setattr(conv_mod, name, spy(name))
         x = rng.standard_normal((1, 64, 6, 6)).astype(np.float32)
-        conv_mod.conv_nd(np, x, rng.standard_normal((64, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
+        big = rng.standard_normal((1, 64, 28, 28)).astype(np.float32)
+        conv_mod.conv_nd(np, big, rng.standard_normal((64, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # 8 < 16
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), strides=[2, 2])
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, strides=[2, 2])
