@@ -128,3 +128,11 @@ def fused_gelu(xp: Any, X: Any) -> Any:  # noqa: N803
     from .elementwise import gelu
 
     return gelu(xp, X)
+
+
+@op("LayerNormalization", 1, domain=DOMAIN)
+def fused_layer_norm(xp: Any, X: Any, scale: Any, B: Any = None, *, axis: int = -1, epsilon: float = 1e-5) -> Any:  # noqa: N803
+    """LayerNormalization recognised in a decomposed pattern (any opset; ONNX's op needs 17)."""
+    from .nn import layer_norm
+
+    return layer_norm(xp, X, scale, B, axis=axis, epsilon=epsilon)

@@ -42,11 +42,80 @@ class Uses:
         return None
 
 
+class Sweep:
+    """One linear pass of rewrites over a graph against a fixed ``Uses`` snapshot.
+
+    Replacing a node keeps its position (O(1)); removals are applied once at the end. A rewrite
+    marks the nodes it touched, and later candidates involving a touched node are skipped: the
+    snapshot says nothing true about them any more. The manager runs passes to a fixpoint, so
+    skipped rewrites happen in the next sweep. Every sweep is linear in the graph's size.
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.uses = Uses(graph)
+        self._pos = {id(n): i for i, n in enumerate(graph.nodes)}
+        self._dead: set[int] = set()
+        self.touched: set[int] = set()
+        self.changed = False
+        self._names: set[str] | None = None
+
+    def new_name(self, base: str) -> str:
+        """A value name not used anywhere in the graph (looked up in one set, not a scan)."""
+        if self._names is None:
+            self._names = self.graph.defined_names() | set(self.graph.initializers)
+        name, k = base, 1
+        while name in self._names:
+            name, k = f"{base}_{k}", k + 1
+        self._names.add(name)
+        return name
+
+    def fresh(self, *nodes: Node | None) -> bool:
+        """None of ``nodes`` has been touched by an earlier rewrite of this sweep."""
+        return all(n is None or id(n) not in self.touched for n in nodes)
+
+    def replace(self, old: Node, new: Node) -> None:
+        i = self._pos[id(old)]
+        self.graph.nodes[i] = new
+        self._pos[id(new)] = i
+        self.touched.update((id(old), id(new)))
+        self.changed = True
+
+    def remove(self, *nodes: Node) -> None:
+        for n in nodes:
+            self._dead.add(id(n))
+            self.touched.add(id(n))
+        self.changed = True
+
+    def touch(self, *nodes: Node) -> None:
+        self.touched.update(id(n) for n in nodes)
+        self.changed = True
+
+    def finish(self) -> bool:
+        if self._dead:
+            self.graph.nodes = [n for n in self.graph.nodes if id(n) not in self._dead]
+        if self.changed:
+            prune_unused(self.graph)
+        return self.changed
+
+
 def constant(graph: Graph, name: str) -> np.ndarray | None:
     """The value of ``name`` if it is an initializer that no caller can override."""
     if name and name in graph.initializers and name not in graph.inputs:
         return graph.initializers[name]
     return None
+
+
+def rename_all(graph: Graph, mapping: dict[str, str]) -> None:
+    """Apply ``old -> new`` renames to every reader at once (graph outputs are left alone)."""
+    if not mapping:
+        return
+    for n in graph.nodes:
+        if any(i in mapping for i in n.inputs):
+            n.inputs = [mapping.get(i, i) for i in n.inputs]
+        for g in n.subgraphs():
+            for old, new in mapping.items():
+                _rename_in_subgraph(g, old, new)
 
 
 def rename_uses(graph: Graph, old: str, new: str, subgraphs: bool = True) -> None:
@@ -74,25 +143,38 @@ def remove_nodes(graph: Graph, dead: Iterable[Node]) -> None:
 
 
 def prune_unused(graph: Graph) -> bool:
-    """Drop nodes whose outputs nobody reads and initializers nobody uses."""
-    changed = False
-    while True:
-        uses = Uses(graph)
-        dead = [
-            n
-            for n in graph.nodes
-            if n.outputs and all(not o or (not uses.readers_of(o) and o not in uses.graph_outputs) for o in n.outputs)
-        ]
-        if not dead:
-            break
-        remove_nodes(graph, dead)
-        changed = True
-    used = set(graph.outputs)
+    """Drop nodes nothing needs (their outputs reach no graph output) and unused initializers.
+
+    One walk back from the graph outputs through producers: linear in the graph's size, and
+    indifferent to node order (a fusion may have left the order momentarily broken).
+    """
+    producer: dict[str, Node] = {}
     for n in graph.nodes:
-        used.update(n.inputs)
-        used |= free_names_of_subgraphs(n)
+        for o in n.outputs:
+            if o:
+                producer[o] = n
+    keep: set[int] = {id(n) for n in graph.nodes if not any(n.outputs)}
+    needed: set[str] = set()
+    stack = list(graph.outputs)
+    for n in graph.nodes:
+        if id(n) in keep:
+            stack.extend(n.inputs)
+    while stack:
+        name = stack.pop()
+        if not name or name in needed:
+            continue
+        needed.add(name)
+        node = producer.get(name)
+        if node is not None and id(node) not in keep:
+            keep.add(id(node))
+            stack.extend(node.inputs)
+            stack.extend(free_names_of_subgraphs(node))
+    changed = False
+    if len(keep) != len(graph.nodes):
+        graph.nodes = [n for n in graph.nodes if id(n) in keep]
+        changed = True
     for name in list(graph.initializers):
-        if name not in used and name not in graph.inputs:
+        if name not in needed and name not in graph.inputs:
             del graph.initializers[name]
             changed = True
     return changed

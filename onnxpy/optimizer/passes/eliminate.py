@@ -5,7 +5,7 @@ are static)."""
 from __future__ import annotations
 
 from ...ir.graph import Graph, Node
-from ..rewrite import Uses, constant, remove_nodes, rename_uses
+from ..rewrite import Uses, constant, remove_nodes, rename_all
 
 
 def _passthrough(graph: Graph, node: Node, uses: Uses) -> str | None:
@@ -34,6 +34,7 @@ def _passthrough(graph: Graph, node: Node, uses: Uses) -> str | None:
 def run(graph: Graph) -> bool:
     uses = Uses(graph)
     dead: list[Node] = []
+    mapping: dict[str, str] = {}
     for node in graph.nodes:
         src = _passthrough(graph, node, uses)
         if src is None:
@@ -41,11 +42,18 @@ def run(graph: Graph) -> bool:
         out = node.outputs[0]
         if out in uses.graph_outputs:
             continue  # a graph output keeps its name: the node stays
-        if src in graph.inputs and any(out == o for o in graph.outputs):
-            continue
-        rename_uses(graph, out, src)
+        mapping[out] = src
         dead.append(node)
     if not dead:
         return False
+    # Chains (Identity of an Identity...) resolve to their first source; one rename pass.
+    for out in list(mapping):
+        src = mapping[out]
+        seen = {out}
+        while src in mapping and src not in seen:
+            seen.add(src)
+            src = mapping[src]
+        mapping[out] = src
     remove_nodes(graph, dead)
+    rename_all(graph, mapping)
     return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Uses, constant, fresh_name, prune_unused, remove_nodes
+from ..rewrite import FUSED_DOMAIN, Sweep, constant
 
 
 def _bn_params(graph: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
@@ -67,9 +67,9 @@ def _is_conv(node: Node) -> bool:
     )
 
 
-def _set_conv_wb(graph: Graph, conv: Node, w: np.ndarray, b: np.ndarray) -> None:
-    wn = fresh_name(graph, f"{conv.inputs[1]}_folded")
-    bn = fresh_name(graph, f"{conv.name or 'conv'}_bias_folded")
+def _set_conv_wb(graph: Graph, sweep: Sweep, conv: Node, w: np.ndarray, b: np.ndarray) -> None:
+    wn = sweep.new_name(f"{conv.inputs[1]}_folded")
+    bn = sweep.new_name(f"{conv.name or 'conv'}_bias_folded")
     graph.initializers[wn] = w
     graph.initializers[bn] = b
     conv.inputs = [conv.inputs[0], wn, bn, *conv.inputs[3:]]
@@ -81,16 +81,10 @@ def _rank(graph: Graph, name: str) -> int | None:
 
 
 def run(graph: Graph) -> bool:
-    changed = False
-    uses = Uses(graph)
-    gone: set[int] = set()  # ids of nodes removed during this pass
-
-    def drop(node: Node) -> None:
-        gone.add(id(node))
-        remove_nodes(graph, [node])
-
+    sweep = Sweep(graph)
+    uses = sweep.uses
     for node in list(graph.nodes):
-        if id(node) in gone:
+        if not sweep.fresh(node):
             continue
         if node.op_type == "BatchNormalization" and not node.domain:
             params = _bn_params(graph, node)
@@ -98,43 +92,37 @@ def run(graph: Graph) -> bool:
                 continue
             k, s = params
             prod = uses.producer.get(node.inputs[0])
-            wb = _conv_wb(graph, prod) if prod is not None and _is_conv(prod) else None
+            wb = _conv_wb(graph, prod) if prod is not None and _is_conv(prod) and sweep.fresh(prod) else None
             if wb is not None and uses.only_reader(node.inputs[0]) is node:
                 w, b = wb
                 kk = k.reshape((-1,) + (1,) * (w.ndim - 1))
-                _set_conv_wb(graph, prod, (w * kk).astype(w.dtype), (b * k + s).astype(w.dtype))
+                _set_conv_wb(graph, sweep, prod, (w * kk).astype(w.dtype), (b * k + s).astype(w.dtype))
                 prod.outputs = [node.outputs[0]]
-            else:
-                x_type = graph.elem_type(node.inputs[0])
-                dtype = np.float32 if x_type in (None, 1) else None
-                if dtype is None:
-                    continue  # keep BN for float16/double inputs (its own kernel handles them)
-                kn = fresh_name(graph, f"{node.name or 'bn'}_k")
-                sn = fresh_name(graph, f"{node.name or 'bn'}_s")
-                graph.initializers[kn] = k.astype(dtype)
-                graph.initializers[sn] = s.astype(dtype)
-                affine = Node(
-                    op_type="ChannelAffine",
-                    inputs=[node.inputs[0], kn, sn],
-                    outputs=[node.outputs[0]],
-                    name=node.name,
-                    domain=FUSED_DOMAIN,
-                    opset=1,
-                )
-                graph.nodes[graph.nodes.index(node)] = affine
-                changed = True
-                uses = Uses(graph)
+                sweep.touch(prod)
+                sweep.remove(node)
                 continue
-            drop(node)
-            changed = True
-            uses = Uses(graph)
+            if graph.elem_type(node.inputs[0]) not in (None, 1):
+                continue  # keep BN for float16/double inputs (its own kernel handles them)
+            kn = sweep.new_name(f"{node.name or 'bn'}_k")
+            sn = sweep.new_name(f"{node.name or 'bn'}_s")
+            graph.initializers[kn] = k.astype(np.float32)
+            graph.initializers[sn] = s.astype(np.float32)
+            affine = Node(
+                op_type="ChannelAffine",
+                inputs=[node.inputs[0], kn, sn],
+                outputs=[node.outputs[0]],
+                name=node.name,
+                domain=FUSED_DOMAIN,
+                opset=1,
+            )
+            sweep.replace(node, affine)
             continue
         if node.op_type in ("Mul", "Add") and not node.domain:
             # Conv/ChannelAffine -> Mul/Add by a per-channel constant.
             for pos in (0, 1):
                 src, other = node.inputs[pos], node.inputs[1 - pos]
                 prod = uses.producer.get(src)
-                if prod is None or uses.only_reader(src) is not node:
+                if prod is None or not sweep.fresh(prod) or uses.only_reader(src) is not node:
                     continue
                 rank = _rank(graph, src)
                 c = constant(graph, other)
@@ -149,14 +137,10 @@ def run(graph: Graph) -> bool:
                     if vec is None:
                         continue
                     if node.op_type == "Mul":
-                        _set_conv_wb(
-                            graph,
-                            prod,
-                            (w * vec.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype),
-                            (b * vec).astype(b.dtype),
-                        )
+                        scaled = (w * vec.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+                        _set_conv_wb(graph, sweep, prod, scaled, (b * vec).astype(b.dtype))
                     else:
-                        _set_conv_wb(graph, prod, w, (b + vec).astype(b.dtype))
+                        _set_conv_wb(graph, sweep, prod, w, (b + vec).astype(b.dtype))
                 elif (
                     prod.domain == FUSED_DOMAIN and prod.op_type == "ChannelAffine" and not prod.attrs.get("activation")
                 ):
@@ -169,18 +153,15 @@ def run(graph: Graph) -> bool:
                         k, s = k * vec, s * vec
                     else:
                         s = s + vec
-                    kn = fresh_name(graph, f"{prod.inputs[1]}_m")
-                    sn = fresh_name(graph, f"{prod.inputs[2]}_m")
+                    kn = sweep.new_name(f"{prod.inputs[1]}_m")
+                    sn = sweep.new_name(f"{prod.inputs[2]}_m")
                     graph.initializers[kn] = k.astype(np.float32)
                     graph.initializers[sn] = s.astype(np.float32)
                     prod.inputs = [prod.inputs[0], kn, sn]
                 else:
                     continue
                 prod.outputs = [node.outputs[0]]
-                drop(node)
-                changed = True
-                uses = Uses(graph)
+                sweep.touch(prod)
+                sweep.remove(node)
                 break
-    if changed:
-        prune_unused(graph)
-    return changed
+    return sweep.finish()

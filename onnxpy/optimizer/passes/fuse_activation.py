@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Uses, constant, prune_unused, remove_nodes, scalar_value
+from ..rewrite import FUSED_DOMAIN, Sweep, constant, scalar_value
 
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
@@ -69,31 +69,19 @@ def _to_fused_conv(conv: Node) -> Node:
     )
 
 
-def _replace(graph: Graph, old: Node, new: Node) -> None:
-    graph.nodes[graph.nodes.index(old)] = new
-
-
 def run(graph: Graph) -> bool:
-    changed = False
-    gone: set[int] = set()  # ids of nodes removed during this pass
-
-    def drop(node: Node) -> None:
-        gone.add(id(node))
-        remove_nodes(graph, [node])
-
-    uses = Uses(graph)
+    sweep = Sweep(graph)
+    uses = sweep.uses
     for node in list(graph.nodes):
-        if id(node) in gone:
-            continue
         out = node.outputs[0] if node.outputs else ""
-        is_conv = (node.op_type == "Conv" and not node.domain) or (
-            node.domain == FUSED_DOMAIN and node.op_type == "FusedConv"
-        )
         if not out or not _float32(graph, out):
             continue
         nxt = uses.only_reader(out)
-        if nxt is None:
+        if nxt is None or not sweep.fresh(node, nxt):
             continue
+        is_conv = (node.op_type == "Conv" and not node.domain) or (
+            node.domain == FUSED_DOMAIN and node.op_type == "FusedConv"
+        )
         # Residual add into a convolution without activation yet.
         if is_conv and not node.attrs.get("activation") and (len(node.inputs) < 4 or not node.inputs[3]):
             if not nxt.domain and nxt.op_type in ("Add", "Sum") and len(nxt.inputs) == 2 and nxt.outputs[0]:
@@ -103,10 +91,8 @@ def run(graph: Graph) -> bool:
                     fused = _to_fused_conv(node)
                     fused.inputs = fused.inputs[:3] + [other]
                     fused.outputs = [nxt.outputs[0]]
-                    _replace(graph, node, fused)
-                    drop(nxt)
-                    changed = True
-                    uses = Uses(graph)
+                    sweep.replace(node, fused)
+                    sweep.remove(nxt)
                     continue
         act = activation_of(graph, nxt)
         if act is not None:
@@ -131,10 +117,10 @@ def run(graph: Graph) -> bool:
                     fused.attrs["activation_params"] = params
                 fused.outputs = [nxt.outputs[0]]
                 if fused is not node:
-                    _replace(graph, node, fused)
-                drop(nxt)
-                changed = True
-                uses = Uses(graph)
+                    sweep.replace(node, fused)
+                else:
+                    sweep.touch(node)
+                sweep.remove(nxt)
                 continue
         # MatMul + constant bias over the last axis.
         if node.op_type == "MatMul" and not node.domain and not nxt.domain and nxt.op_type == "Add":
@@ -151,10 +137,6 @@ def run(graph: Graph) -> bool:
                     FUSED_DOMAIN,
                     1,
                 )
-                _replace(graph, node, fused)
-                drop(nxt)
-                changed = True
-                uses = Uses(graph)
-    if changed:
-        prune_unused(graph)
-    return changed
+                sweep.replace(node, fused)
+                sweep.remove(nxt)
+    return sweep.finish()

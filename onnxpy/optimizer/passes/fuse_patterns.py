@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Uses, constant, prune_unused, remove_nodes, scalar_value
+from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant, scalar_value
 
 
 def _near(value: float | None, target: float, tol: float = 1e-4) -> bool:
@@ -128,94 +128,84 @@ def _match_layernorm(graph: Graph, uses: Uses, mean: Node) -> tuple[str, float, 
 
 
 def run(graph: Graph) -> bool:
-    changed = False
-    uses = Uses(graph)
+    sweep = Sweep(graph)
+    uses = sweep.uses
     for node in list(graph.nodes):
-        if node.domain:
+        if node.domain or not sweep.fresh(node):
             continue
         if node.op_type == "Erf" and graph.elem_type(node.inputs[0]) in (1, 10, 16, None):
             m = _match_gelu(graph, uses, node)
-            if m is None:
+            if m is None or not sweep.fresh(*m[2]):
                 continue
             x, out, dead = m
-            gelu = Node("Gelu", [x], [out], {}, node.name or "gelu", FUSED_DOMAIN, 1)
-            graph.nodes[graph.nodes.index(dead[-1])] = gelu
-            remove_nodes(graph, dead[:-1])
-            uses = Uses(graph)
-            changed = True
+            sweep.replace(dead[-1], Node("Gelu", [x], [out], {}, node.name or "gelu", FUSED_DOMAIN, 1))
+            sweep.remove(*dead[:-1])
         elif node.op_type == "ReduceMean":
             m2 = _match_layernorm(graph, uses, node)
-            if m2 is None:
+            if m2 is None or not sweep.fresh(*m2[3]):
                 continue
-            x, eps, out, dead = m2
-            rank = graph.shape(x)
-            if rank is None:
-                continue
-            width = rank[-1]
-            if not isinstance(width, int):
-                continue
-            et = graph.elem_type(x)
-            np_dtype = {1: np.float32, 11: np.float64, 10: np.float16}.get(et or 0)
-            if np_dtype is None:
-                continue
-            # Absorb a following Mul(gamma) and Add(beta) with constant vectors.
-            scale = np.ones(width, np_dtype)
-            bias = None
-            tail = dead[-1]
-            mul = uses.only_reader(out)
-            if _is(mul, "Mul"):
-                g = constant(graph, _other(mul, out))
-                if g is not None and g.shape[-1:] == (width,) and g.size == width:
-                    scale = g.reshape(width).astype(np_dtype)
-                    tail, out = mul, mul.outputs[0]
-                    dead = [*dead, mul]
-                    add = uses.only_reader(out)
-                    if _is(add, "Add"):
-                        b = constant(graph, _other(add, out))
-                        if b is not None and b.size == width:
-                            bias = b.reshape(width).astype(np_dtype)
-                            tail, out = add, add.outputs[0]
-                            dead = [*dead, add]
-            sname = f"{node.name or 'layernorm'}_scale"
-            while sname in graph.initializers:
-                sname += "_"
-            graph.initializers[sname] = scale
-            inputs = [x, sname]
-            if bias is not None:
-                bname = sname + "_bias"
-                while bname in graph.initializers:
-                    bname += "_"
-                graph.initializers[bname] = bias
-                inputs.append(bname)
-            ln = Node(
-                "LayerNormalization",
-                inputs,
-                [out],
-                {"axis": -1, "epsilon": float(eps)},
-                node.name or "layernorm",
-                "",
-                17,
-            )
-            graph.nodes[graph.nodes.index(tail)] = ln
-            remove_nodes(graph, [d for d in dead if d is not tail])
-            uses = Uses(graph)
-            changed = True
-    changed |= _merge_transposes(graph)
-    if changed:
-        prune_unused(graph)
-    return changed
+            _fuse_layernorm(graph, sweep, node, *m2)
+    _merge_transposes(graph, sweep)
+    return sweep.finish()
 
 
-def _merge_transposes(graph: Graph) -> bool:
-    changed = False
-    uses = Uses(graph)
+def _fuse_layernorm(graph: Graph, sweep: Sweep, node: Node, x: str, eps: float, out: str, dead: list[Node]) -> None:
+    uses = sweep.uses
+    shape = graph.shape(x)
+    if shape is None or not isinstance(shape[-1], int):
+        return
+    width = shape[-1]
+    np_dtype = {1: np.float32, 11: np.float64, 10: np.float16}.get(graph.elem_type(x) or 0)
+    if np_dtype is None:
+        return
+    # Absorb a following Mul(gamma) and Add(beta) with constant vectors.
+    scale = np.ones(width, np_dtype)
+    bias = None
+    tail = dead[-1]
+    mul = uses.only_reader(out)
+    if _is(mul, "Mul") and sweep.fresh(mul):
+        g = constant(graph, _other(mul, out))
+        if g is not None and g.shape[-1:] == (width,) and g.size == width:
+            scale = g.reshape(width).astype(np_dtype)
+            tail, out = mul, mul.outputs[0]
+            dead = [*dead, mul]
+            add = uses.only_reader(out)
+            if _is(add, "Add") and sweep.fresh(add):
+                b = constant(graph, _other(add, out))
+                if b is not None and b.size == width:
+                    bias = b.reshape(width).astype(np_dtype)
+                    tail, out = add, add.outputs[0]
+                    dead = [*dead, add]
+    sname = sweep.new_name(f"{node.name or 'layernorm'}_scale")
+    graph.initializers[sname] = scale
+    inputs = [x, sname]
+    if bias is not None:
+        bname = sweep.new_name(f"{node.name or 'layernorm'}_bias")
+        graph.initializers[bname] = bias
+        inputs.append(bname)
+    # In onnxpy's own domain: the model's opset may predate ONNX's LayerNormalization (17).
+    ln = Node(
+        "LayerNormalization",
+        inputs,
+        [out],
+        {"axis": -1, "epsilon": float(eps)},
+        node.name or "layernorm",
+        FUSED_DOMAIN,
+        1,
+    )
+    sweep.replace(tail, ln)
+    sweep.remove(*[d for d in dead if d is not tail])
+
+
+def _merge_transposes(graph: Graph, sweep: Sweep) -> None:
+    uses = sweep.uses
     for node in list(graph.nodes):
-        if node.domain or node.op_type != "Transpose" or "perm" not in node.attrs:
+        if node.domain or node.op_type != "Transpose" or "perm" not in node.attrs or not sweep.fresh(node):
             continue
         first = uses.producer.get(node.inputs[0])
         if first is None or first.domain or first.op_type != "Transpose" or "perm" not in first.attrs:
             continue
-        if uses.only_reader(first.outputs[0]) is not node:
+        if not sweep.fresh(first) or uses.only_reader(first.outputs[0]) is not node:
             continue
         p, q = list(first.attrs["perm"]), list(node.attrs["perm"])
         if len(p) != len(q):
@@ -223,10 +213,8 @@ def _merge_transposes(graph: Graph) -> bool:
         combined = [p[i] for i in q]
         node.inputs = [first.inputs[0]]
         node.attrs = {"perm": combined}
-        remove_nodes(graph, [first])
         if combined == list(range(len(combined))):
             node.op_type = "Identity"
             node.attrs = {}
-        uses = Uses(graph)
-        changed = True
-    return changed
+        sweep.touch(node)
+        sweep.remove(first)
