@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ._compat import check_alloc
 from ._spatial import geometry, pad_input, window_slices, windows_view
 from .registry import op
 
@@ -34,6 +35,7 @@ def conv_nd(
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    ctx: Any = None,
 ) -> Any:
     """N-D convolution in the compute dtype (see ``compute_dtype``); the caller casts back."""
     if x.ndim < 3 or w.ndim != x.ndim:
@@ -58,6 +60,9 @@ def conv_nd(
     dilations = list(dilations) if dilations else [1] * nd
     begin, end, out = geometry(x.shape[2:], k, strides, dilations, pads, auto_pad)
     ext = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
+    # Pads and dilations size the padded copy and the output: check before allocating.
+    check_alloc([n, c, *(s + b + e for s, b, e in zip(x.shape[2:], begin, end))], x.dtype, ctx, "Conv (padded input)")
+    check_alloc([n, m, *out], x.dtype, ctx, "Conv (output)")
     cdt = compute_dtype(x.dtype)
     x = x.astype(cdt, copy=False)
     w = w.astype(cdt, copy=False)
@@ -322,6 +327,7 @@ def conv(
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    ctx: Any = None,
 ) -> Any:
     y = conv_nd(
         xp,
@@ -334,5 +340,6 @@ def conv(
         kernel_shape=kernel_shape,
         pads=pads,
         strides=strides,
+        ctx=ctx,
     )
     return y.astype(X.dtype, copy=False) if y.dtype != X.dtype else y

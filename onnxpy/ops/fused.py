@@ -63,6 +63,7 @@ def fused_conv(
     strides: list[int] | None = None,
     activation: str = "",
     activation_params: list[float] | None = None,
+    ctx: Any = None,
 ) -> Any:
     y = conv_nd(
         xp,
@@ -75,6 +76,7 @@ def fused_conv(
         kernel_shape=kernel_shape,
         pads=pads,
         strides=strides,
+        ctx=ctx,
     )
     if Z is not None:
         if Z.shape == y.shape:

@@ -39,6 +39,7 @@ def _setup(
     pads: list[int] | None,
     auto_pad: str,
     ceil_mode: int,
+    ctx: Any = None,
 ) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
     nd = x.ndim - 2
     if nd < 1:
@@ -52,6 +53,10 @@ def _setup(
     dilations = list(dilations) if dilations else [1] * nd
     begin, end, out = geometry(x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     ext = [(k - 1) * d + 1 for k, d in zip(kernel_shape, dilations)]
+    # Pads and kernel attributes size the padded copy and the output: check before allocating.
+    padded = [*x.shape[:2], *(n + b + e + k for n, b, e, k in zip(x.shape[2:], begin, end, ext))]
+    check_alloc(padded, x.dtype, ctx, "pooling (padded input)")
+    check_alloc([*x.shape[:2], *out], x.dtype, ctx, "pooling (output)")
     return begin, end, out, strides, dilations, ext
 
 
@@ -77,8 +82,11 @@ def _max_pool(
     ceil_mode: int,
     storage_order: int,
     want_indices: bool,
+    ctx: Any = None,
 ) -> Any:
-    begin, end, out, strides, dilations, ext = _setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    begin, end, out, strides, dilations, ext = _setup(
+        x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, ctx
+    )
     nd = x.ndim - 2
     xpad = pad_input(xp, x, begin, end, out, ext, strides, _lowest(x.dtype))
     offsets_all = list(itertools.product(*(range(k) for k in kernel_shape)))
@@ -123,8 +131,9 @@ def max_pool_1(
     kernel_shape: list[int],
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    ctx: Any = None,
 ) -> Any:
-    return _max_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, 0, False)
+    return _max_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, 0, False, ctx=ctx)
 
 
 @op("MaxPool", 8)
@@ -140,7 +149,7 @@ def max_pool_8(
     ctx: Any = None,
 ) -> Any:
     want = ctx is not None and ctx.n_outputs > 1 and ctx.outputs_used[1]
-    return _max_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, storage_order, want)
+    return _max_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, storage_order, want, ctx=ctx)
 
 
 @op("MaxPool", 10)
@@ -158,7 +167,7 @@ def max_pool(
     ctx: Any = None,
 ) -> Any:
     want = ctx is not None and ctx.n_outputs > 1 and ctx.outputs_used[1]
-    return _max_pool(xp, X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, storage_order, want)
+    return _max_pool(xp, X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, storage_order, want, ctx=ctx)
 
 
 # -- AveragePool / LpPool ------------------------------------------------------------------------
@@ -260,8 +269,11 @@ def _average_pool(
     auto_pad: str,
     ceil_mode: int,
     count_include_pad: int,
+    ctx: Any = None,
 ) -> Any:
-    begin, end, out, strides, dilations, ext = _setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    begin, end, out, strides, dilations, ext = _setup(
+        x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, ctx
+    )
     total = _sum_pool(xp, x, kernel_shape, strides, dilations, begin, end, out, ext, None)
     count = _window_counts_cached(
         tuple(x.shape[2:]),
@@ -291,8 +303,9 @@ def average_pool_7(
     kernel_shape: list[int],
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    ctx: Any = None,
 ) -> Any:
-    return _average_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, count_include_pad)
+    return _average_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, count_include_pad, ctx=ctx)
 
 
 @op("AveragePool", 10)
@@ -306,8 +319,9 @@ def average_pool_10(
     kernel_shape: list[int],
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    ctx: Any = None,
 ) -> Any:
-    return _average_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, ceil_mode, count_include_pad)
+    return _average_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, ceil_mode, count_include_pad, ctx=ctx)
 
 
 @op("AveragePool", 19)
@@ -322,8 +336,9 @@ def average_pool(
     kernel_shape: list[int],
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    ctx: Any = None,
 ) -> Any:
-    return _average_pool(xp, X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, count_include_pad)
+    return _average_pool(xp, X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, count_include_pad, ctx=ctx)
 
 
 def _lp_finish(xp: Any, total: Any, p: int, dtype: np.dtype) -> Any:
@@ -346,10 +361,13 @@ def _lp_pool(
     auto_pad: str,
     ceil_mode: int,
     p: int,
+    ctx: Any = None,
 ) -> Any:
     if p <= 0:
         raise ValueError(f"LpPool p must be positive, got {p}")
-    begin, end, out, strides, dilations, ext = _setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    begin, end, out, strides, dilations, ext = _setup(
+        x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, ctx
+    )
     total = _sum_pool(xp, x, kernel_shape, strides, dilations, begin, end, out, ext, int(p))
     return _lp_finish(xp, total, int(p), x.dtype)
 
@@ -364,8 +382,9 @@ def lp_pool_2(
     p: int = 2,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    ctx: Any = None,
 ) -> Any:
-    return _lp_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, p)
+    return _lp_pool(xp, X, kernel_shape, strides, None, pads, auto_pad, 0, p, ctx=ctx)
 
 
 @op("LpPool", 18)
@@ -380,8 +399,9 @@ def lp_pool(
     p: int = 2,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    ctx: Any = None,
 ) -> Any:
-    return _lp_pool(xp, X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, p)
+    return _lp_pool(xp, X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, p, ctx=ctx)
 
 
 # -- global pools --------------------------------------------------------------------------------

@@ -349,3 +349,29 @@ def test_loop_scan_outputs_stop_at_the_budget() -> None:
     with pytest.raises(onnxpy.RuntimeException, match="victim.*budget"):
         sess.run(None, {"n": np.array(1 << 40, np.int64)})
     assert sess.run(None, {"n": np.array(3, np.int64)})[0].shape == (3, 256)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [
+        ("Conv", {"pads": [16384, 16384, 16384, 16384]}),
+        ("Conv", {"dilations": [1, 1], "pads": [0, 0, 0, 0], "strides": [1, 1], "group": 1, "auto_pad": "NOTSET"}),
+        ("MaxPool", {"kernel_shape": [1, 1], "pads": [16384, 16384, 16384, 16384]}),
+        ("AveragePool", {"kernel_shape": [1, 1], "pads": [16384, 16384, 16384, 16384], "count_include_pad": 1}),
+        ("LpPool", {"kernel_shape": [1, 1], "pads": [16384, 16384, 16384, 16384]}),
+    ],
+    ids=["conv-pads", "conv-plain", "maxpool-pads", "avgpool-pads", "lppool-pads"],
+)
+def test_pads_that_size_huge_buffers_are_refused(op: str, attrs: dict) -> None:
+    """Convolution and pooling pads come from the model: a padded copy of 4 GiB is refused
+    against the budget before anything is allocated (a plain conv of the same input is fine)."""
+    feeds = {"x": np.ones((1, 1, 3, 3), np.float32)}
+    if op == "Conv":
+        feeds["w"] = np.ones((1, 1, 1, 1), np.float32)
+    model, feeds = _node_model(op, feeds, attrs)
+    sess = _session(model)
+    if "16384" not in str(attrs):
+        assert sess.run(None, feeds)[0].shape == (1, 1, 3, 3)
+        return
+    with pytest.raises(onnxpy.RuntimeException, match="victim.*over the session's allocation budget"):
+        sess.run(None, feeds)
