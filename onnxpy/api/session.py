@@ -110,6 +110,22 @@ class InferenceSession:
         provider_options: Sequence[dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
+        try:
+            self._create(path_or_bytes, sess_options, providers, provider_options)
+        except (OnnxpyError, RuntimeWarning):
+            raise
+        except RecursionError as e:
+            raise InvalidGraph(f"the model nests too deeply to load: {e}") from e
+        except Exception as e:  # noqa: BLE001 - the contract: creation fails with an onnxpy error
+            raise Fail(f"session creation failed: {type(e).__name__}: {e}") from e
+
+    def _create(
+        self,
+        path_or_bytes: Any,
+        sess_options: SessionOptions | None,
+        providers: Sequence[Any] | None,
+        provider_options: Sequence[dict[str, Any]] | None,
+    ) -> None:
         started = time.perf_counter()
         if sess_options is not None and not isinstance(sess_options, SessionOptions):
             raise InvalidArgument(f"sess_options must be an onnxpy.SessionOptions, got {type(sess_options).__name__}")
