@@ -62,6 +62,8 @@ def assert_same(got: Any, want: Any, rtol: float = 1e-5, atol: float = 1e-5) -> 
     assert got.shape == want.shape, (got.shape, want.shape)
     if want.dtype.kind == "f":
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
+    elif atol >= 1 and want.dtype.kind in "iu":  # integers from float math: off by at most atol
+        assert np.max(np.abs(got.astype(np.int64) - want.astype(np.int64)), initial=0) <= atol
     else:
         np.testing.assert_array_equal(got, want)
 
