@@ -39,11 +39,12 @@ def _quant_oracle(x: np.ndarray, s: np.ndarray, z: np.ndarray | None, dt: Any) -
 # -- QuantizeLinear ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dt", [np.uint8, np.int8, np.uint16, np.int16])
-@pytest.mark.parametrize("opset", [13, 21])
+# 16-bit outputs arrived in opset 21: they are tested there only.
+@pytest.mark.parametrize(
+    ("dt", "opset"),
+    [(np.uint8, 13), (np.int8, 13), (np.uint8, 21), (np.int8, 21), (np.uint16, 21), (np.int16, 21)],
+)
 def test_quantize_per_tensor(dt: Any, opset: int) -> None:
-    if opset < 21 and np.dtype(dt).itemsize == 2:
-        pytest.skip("16-bit outputs arrived in opset 21")
     x = _x(3, 5, scale=100.0)
     x[0, :3] = [0.5, 1.5, -2.5]  # ties round to even
     z = np.array(3 if np.dtype(dt).kind == "u" else -3, dt)
