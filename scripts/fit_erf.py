@@ -20,7 +20,9 @@ def fit(dp: int = 6, dq: int = 5, n: int = 2000, iters: int = 8) -> tuple[np.nda
     f = np.array([math.erf(v) / v for v in x])
     w = np.ones(n)
     for _ in range(iters):
-        a = np.hstack([np.vander(u, dp + 1, increasing=True), -f[:, None] * np.vander(u, dq + 1, increasing=True)[:, 1:]])
+        a = np.hstack(
+            [np.vander(u, dp + 1, increasing=True), -f[:, None] * np.vander(u, dq + 1, increasing=True)[:, 1:]]
+        )
         sol, *_ = np.linalg.lstsq(a * (w * x)[:, None], f * w * x, rcond=None)
         p, q = sol[: dp + 1], np.concatenate([[1.0], sol[dp + 1 :]])
         w = 1 / np.abs(np.polynomial.polynomial.polyval(u, q))

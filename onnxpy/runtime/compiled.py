@@ -40,7 +40,8 @@ class CompiledGraph:
             for n, p in zip(graph.nodes, self.placement.providers)
         ]
         self.constants = {
-            name: self.placement.constant_provider(name).from_host(_read_only(arr)) for name, arr in graph.initializers.items()
+            name: self.placement.constant_provider(name).from_host(_read_only(arr))
+            for name, arr in graph.initializers.items()
         }
         self.outer = tuple(outer)
         self._mixed: bool | None = None

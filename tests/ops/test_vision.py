@@ -241,7 +241,9 @@ def test_resize_dtypes(dtype: Any, mode: str) -> None:
     want = np.trunc(ref).astype(dtype) if np.dtype(dtype).kind == "i" else ref.astype(dtype)
     assert got.dtype == np.dtype(dtype)
     int_linear = mode == "linear" and np.dtype(dtype).kind == "i"  # truncation at a rounding edge
-    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=1 if int_linear else 1e-4)
+    np.testing.assert_allclose(
+        got.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=1 if int_linear else 1e-4
+    )
 
 
 def test_resize_linear_int64_and_float16_follow_float_math() -> None:
