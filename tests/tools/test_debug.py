@@ -49,10 +49,12 @@ def test_every_intermediate_value_matches_onnxruntime(level: str) -> None:
     np.testing.assert_allclose(sess.run(None, {"input": X})[0], want[-1], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.skipif(
+    not (SHARED_MODELS / "bert_l2_h128.onnx").exists(),
+    reason="../shared/models is not beside this clone (CI has it; a fresh clone does not)",
+)
 def test_intermediate_values_of_a_transformer_match_onnxruntime() -> None:
     path = SHARED_MODELS / "bert_l2_h128.onnx"
-    if not path.exists():
-        pytest.skip(f"{path} is absent: ../shared/models is beside CI's clone, not a user's fresh clone")
     model = onnx.load(str(path))
     kinds = {"MatMul", "Softmax", "LayerNormalization", "Erf", "Where"}
     names = [n.output[0] for n in model.graph.node if n.op_type in kinds][:12]

@@ -103,6 +103,34 @@ def _cached(key_objects: tuple[Any, ...], build: Callable[[], Any]) -> Any:
     return value
 
 
+def _forest_v1(
+    a: dict[str, Any], prefix: str, values: Any, weights: Any, n_targets: int, first_weight_only: bool
+) -> Forest:
+    """The flat forest of a TreeEnsembleRegressor ("target" leaves) or Classifier ("class"
+    leaves), built once per node and cached."""
+    key = (a["nodes_nodeids"], a["nodes_treeids"], a[f"{prefix}_weights"], a.get(f"{prefix}_weights_as_tensor"))
+
+    def build() -> Forest:
+        return build_v1(
+            nodes_treeids=list(a["nodes_treeids"] or []),
+            nodes_nodeids=list(a["nodes_nodeids"] or []),
+            nodes_featureids=list(a["nodes_featureids"] or []),
+            nodes_modes=list(a["nodes_modes"] or []),
+            nodes_values=values,
+            nodes_truenodeids=list(a["nodes_truenodeids"] or []),
+            nodes_falsenodeids=list(a["nodes_falsenodeids"] or []),
+            nodes_missing_value_tracks_true=a["nodes_missing_value_tracks_true"],
+            w_treeids=list(a[f"{prefix}_treeids"] or []),
+            w_nodeids=list(a[f"{prefix}_nodeids"] or []),
+            w_ids=list(a[f"{prefix}_ids"] or []),
+            w_weights=weights,
+            n_targets=n_targets,
+            first_weight_only=first_weight_only,
+        )
+
+    return _cached(key, build)
+
+
 def _member_tables(mode: np.ndarray, membership_values: Any) -> tuple[np.ndarray, np.ndarray]:
     members = np.flatnonzero(mode == MEMBER)
     if members.size == 0:
@@ -509,27 +537,7 @@ def _regressor(xp: Any, X: Any, a: dict[str, Any], ctx: Any = None) -> Any:
     if n_targets is None or n_targets <= 0:
         raise ValueError("n_targets must be a positive number")
     _check_targets(X, len(a["nodes_nodeids"] or []), n_targets, ctx)
-    key = (a["nodes_nodeids"], a["nodes_treeids"], a["target_weights"], a.get("target_weights_as_tensor"))
-
-    def build() -> Forest:
-        return build_v1(
-            nodes_treeids=list(a["nodes_treeids"] or []),
-            nodes_nodeids=list(a["nodes_nodeids"] or []),
-            nodes_featureids=list(a["nodes_featureids"] or []),
-            nodes_modes=list(a["nodes_modes"] or []),
-            nodes_values=values,
-            nodes_truenodeids=list(a["nodes_truenodeids"] or []),
-            nodes_falsenodeids=list(a["nodes_falsenodeids"] or []),
-            nodes_missing_value_tracks_true=a["nodes_missing_value_tracks_true"],
-            w_treeids=list(a["target_treeids"] or []),
-            w_nodeids=list(a["target_nodeids"] or []),
-            w_ids=list(a["target_ids"] or []),
-            w_weights=weights,
-            n_targets=n_targets,
-            first_weight_only=n_targets == 1,
-        )
-
-    forest = _cached(key, build)
+    forest = _forest_v1(a, "target", values, weights, n_targets, first_weight_only=n_targets == 1)
     scores, has = _on_device(xp, forest, aggregate).scores(_features(xp, X), aggregate)
     b = _base(base, n_targets, "base_values")
     if b is not None:
@@ -634,26 +642,7 @@ def _classifier(xp: Any, X: Any, a: dict[str, Any]) -> Any:
     weights = weights if weights is not None else a["class_weights"] or []
     base = a.get("base_values_as_tensor")
     base = base if base is not None else a["base_values"]
-    key = (a["nodes_nodeids"], a["nodes_treeids"], a["class_weights"], a.get("class_weights_as_tensor"))
-
-    def build() -> Forest:
-        return build_v1(
-            nodes_treeids=list(a["nodes_treeids"] or []),
-            nodes_nodeids=list(a["nodes_nodeids"] or []),
-            nodes_featureids=list(a["nodes_featureids"] or []),
-            nodes_modes=list(a["nodes_modes"] or []),
-            nodes_values=values,
-            nodes_truenodeids=list(a["nodes_truenodeids"] or []),
-            nodes_falsenodeids=list(a["nodes_falsenodeids"] or []),
-            nodes_missing_value_tracks_true=a["nodes_missing_value_tracks_true"],
-            w_treeids=list(a["class_treeids"] or []),
-            w_nodeids=list(a["class_nodeids"] or []),
-            w_ids=list(a["class_ids"] or []),
-            w_weights=weights,
-            n_targets=k,
-        )
-
-    forest = _cached(key, build)
+    forest = _forest_v1(a, "class", values, weights, k, first_weight_only=False)
     scores, has = _on_device(xp, forest, "SUM").scores(_features(xp, X), "SUM")
     b = np.asarray(base if base is not None else [], dtype=np.float64).reshape(-1)
     if k > 2:
