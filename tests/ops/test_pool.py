@@ -253,3 +253,79 @@ def test_max_roi_pool(spatial_scale: float) -> None:
     )
     got, want = _both("MaxRoiPool", {"X": x, "rois": rois}, opset=17, pooled_shape=[3, 4], spatial_scale=spatial_scale)
     _same(got, want)
+
+
+# -- the unpadded (clipped-tap) and flat-line pooling paths ---------------------------------------
+
+
+def _brute_pool(
+    x: np.ndarray, k: list[int], s: list[int], d: list[int], pads: list[int], out: list[int], mode: str
+) -> np.ndarray:
+    """Window by window over an explicitly padded copy: the definition, slowly."""
+    nd = len(k)
+    fill = -np.inf if mode == "max" else 0.0
+    xp = np.pad(
+        x.astype(np.float64),
+        [(0, 0), (0, 0)] + [(pads[i], pads[nd + i] + k[i] * d[i]) for i in range(nd)],
+        constant_values=fill,
+    )
+    y = np.empty(x.shape[:2] + tuple(out))
+    for pos in np.ndindex(*out):
+        idx = tuple(slice(p * s[i], p * s[i] + (k[i] - 1) * d[i] + 1, d[i]) for i, p in enumerate(pos))
+        win = xp[(slice(None), slice(None), *idx)]
+        axes = tuple(range(2, 2 + nd))
+        y[(slice(None), slice(None), *pos)] = win.max(axis=axes) if mode == "max" else win.sum(axis=axes)
+    return y
+
+
+GEOMETRIES = [
+    # (input spatial, kernel, strides, dilations, pads): same-padding stride 1 (flat passes on
+    # every axis), even stride-2 reductions (flat innermost pass), odd sizes, dilations, pads
+    # past the kernel's reach, asymmetric pads, 1-D and 3-D.
+    ((28, 28), [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+    ((112, 112), [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]),
+    ((111, 111), [3, 3], [2, 2], [1, 1], [0, 0, 0, 0]),
+    ((14, 14), [5, 5], [1, 1], [1, 1], [2, 2, 2, 2]),
+    ((16, 16), [2, 2], [2, 2], [1, 1], [0, 0, 0, 0]),
+    ((13, 9), [3, 2], [1, 2], [2, 1], [2, 0, 2, 1]),
+    ((10, 12), [3, 3], [3, 2], [1, 1], [0, 1, 2, 0]),
+    ((7, 7), [3, 3], [1, 1], [1, 1], [2, 2, 2, 2]),
+    ((20,), [4], [1], [1], [1, 2]),
+    ((6, 7, 8), [3, 3, 3], [1, 1, 2], [1, 1, 1], [1, 1, 1, 1, 1, 1]),
+]
+
+
+@pytest.mark.parametrize("spatial,k,s,d,pads", GEOMETRIES)
+@pytest.mark.parametrize("mode", ["max", "sum"])
+def test_clipped_pool_paths_match_the_definition(
+    spatial: tuple[int, ...], k: list[int], s: list[int], d: list[int], pads: list[int], mode: str
+) -> None:
+    from onnxpy.ops import pool as P
+
+    x = np.random.default_rng(3).standard_normal((2, 3, *spatial)).astype(np.float32)
+    nd = len(spatial)
+    out = [(n + pads[i] + pads[nd + i] - ((k[i] - 1) * d[i] + 1)) // s[i] + 1 for i, n in enumerate(spatial)]
+    want = _brute_pool(x, k, s, d, pads, out, mode)
+    combine = np.maximum if mode == "max" else np.add
+    got = P._separable_clipped(np, x, k, s, d, pads[:nd], out, combine)
+    # The clipped path needs, on every axis, a tap inside the input for every window.
+    covered = all(
+        any(all(0 <= q * s[i] - pads[i] + j * d[i] < n for q in range(out[i])) for j in range(k[i]))
+        for i, n in enumerate(spatial)
+    )
+    if not covered:
+        assert got is None  # the padded path runs instead (the onnxruntime test covers it)
+        return
+    assert got is not None and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spatial,k,s,d,pads", [g for g in GEOMETRIES if len(g[0]) == 2])
+def test_fast_pooling_paths_match_onnxruntime(
+    spatial: tuple[int, ...], k: list[int], s: list[int], d: list[int], pads: list[int]
+) -> None:
+    x = np.random.default_rng(4).standard_normal((1, 4, *spatial)).astype(np.float32)
+    _same(*_both("MaxPool", {"X": x}, kernel_shape=k, strides=s, dilations=d, pads=pads))
+    if d == [1, 1]:
+        for cip in (0, 1):
+            _same(*_both("AveragePool", {"X": x}, kernel_shape=k, strides=s, pads=pads, count_include_pad=cip))
