@@ -245,12 +245,8 @@ def gelu(xp: Any, x: Any, *, approximate: str = "none") -> Any:
         raise ValueError(f"approximate must be 'none' or 'tanh', got '{approximate}'")
     if x.dtype == np.float64:
         return (t(0.5) * x * (1 + erf(xp, x * t(1 / np.sqrt(2))))).astype(x.dtype, copy=False)
-    # float32 and narrower: erf(x / sqrt(2)) computed fresh, then finished in place.
-    y = _erf._erf32(xp, x, 1 / np.sqrt(2))
-    y += 1
-    y *= x
-    y *= 0.5
-    return y.astype(x.dtype, copy=False)
+    # float32 and narrower: one fitted expression (see _erf.gelu32), computed in float32.
+    return _erf.gelu32(xp, x).astype(x.dtype, copy=False)
 
 
 @op("Shrink", 9)

@@ -86,6 +86,10 @@ def gemm(
 def _softmax(xp: Any, x: Any, axis: int, log: bool) -> Any:
     if x.size == 0:
         return x.copy()
+    if not log and xp is np and axis == x.ndim - 1 and x.dtype in (np.float32, np.float64) and x.flags.c_contiguous:
+        y = _softmax_rows_shared_shift(x)
+        if y is not None:
+            return y
     # Elementwise steps run in x's own precision (as the spec's function body does); the sum
     # accumulates in float32 or wider so long axes do not lose half-precision bits.
     m = xp.max(x, axis=axis, keepdims=True)
@@ -99,6 +103,37 @@ def _softmax(xp: Any, x: Any, axis: int, log: bool) -> Any:
     xp.exp(e, out=e)  # e is a fresh array: exponentiate in place
     total = xp.sum(e, axis=axis, keepdims=True, dtype=acc).astype(x.dtype, copy=False)
     e /= total  # an all -inf row is NaN, as in onnxruntime (the session runs under errstate)
+    return e
+
+
+# A row whose sum of exp(x - shift) is at least this many times its length has its maximum
+# within 30 of the shift: its terms down to e-25 of the row's largest stay normal floats.
+_SAFE_ROW_SUM = math.exp(-30.0)
+
+
+def _softmax_rows_shared_shift(x: np.ndarray) -> np.ndarray | None:
+    """Softmax over the last axis of a contiguous host array, shifted by the tensor's maximum
+    rather than each row's (softmax is shift-invariant): one SIMD reduction instead of a short
+    one per row, flat elementwise passes and row sums as one BLAS product. Rows whose own
+    maximum lies far below the shared one (masked rows) are redone with their own shift, so
+    the result is the same as the per-row form. None (use that form) for non-finite input."""
+    top = x.max()
+    if not np.isfinite(top):
+        return None
+    cols = x.shape[-1]
+    e = x - top
+    np.exp(e, out=e)
+    e2 = e.reshape(-1, cols)
+    total = e2 @ np.ones(cols, dtype=x.dtype)
+    low = total < _SAFE_ROW_SUM * cols
+    if low.any():
+        rows = x.reshape(-1, cols)[low]
+        shifted = rows - rows.max(axis=1, keepdims=True)
+        np.exp(shifted, out=shifted)
+        e2[low] = shifted
+        total[low] = shifted.sum(axis=1)
+    np.divide(x.dtype.type(1), total, out=total)
+    e2 *= total[:, None]
     return e
 
 
@@ -255,6 +290,42 @@ def _normalize(xp: Any, work: Any, axes: tuple[int, ...], epsilon: float) -> tup
     return centered * inv_std, mean, inv_std
 
 
+_MEAN_VECTORS: dict[tuple[int, str], np.ndarray] = {}
+
+
+def _mean_vector(n: int, dtype: np.dtype) -> np.ndarray:
+    """(n,) of 1/n: row means as one matrix-vector product (BLAS), much faster than numpy's
+    per-row reduction when rows are short, as in transformer LayerNorms."""
+    key = (n, dtype.str)
+    v = _MEAN_VECTORS.get(key)
+    if v is None:
+        v = np.full(n, 1.0 / n, dtype=dtype)
+        v.flags.writeable = False
+        if len(_MEAN_VECTORS) < 256:
+            _MEAN_VECTORS[key] = v
+    return v
+
+
+def _normalize_trailing(work: np.ndarray, axis: int, epsilon: float) -> tuple[Any, Any, Any]:
+    """``_normalize`` over the trailing axes from ``axis`` on a host array: the statistics of
+    each row of the (rows, cols) view as BLAS products, the normalization in place on the one
+    fresh array. Returns the normalized array (work's shape) and mean and 1/std (keepdims)."""
+    rows = math.prod(work.shape[:axis])
+    cols = math.prod(work.shape[axis:])
+    x2 = work.reshape(rows, cols)
+    ones = _mean_vector(cols, work.dtype)
+    mean = x2 @ ones
+    centered = x2 - mean[:, None]
+    sq = centered * centered
+    var = sq @ ones
+    var += work.dtype.type(epsilon)
+    inv_std = np.sqrt(var, out=var)
+    np.divide(work.dtype.type(1), inv_std, out=inv_std)
+    centered *= inv_std[:, None]
+    stat_shape = work.shape[:axis] + (1,) * (work.ndim - axis)
+    return centered.reshape(work.shape), mean.reshape(stat_shape), inv_std.reshape(stat_shape)
+
+
 @op("InstanceNormalization", 6)
 def instance_norm(
     xp: Any,
@@ -360,11 +431,25 @@ def layer_norm(
     axis = normalize_axis(axis, X.ndim)
     axes = tuple(range(axis, X.ndim))
     work = X.astype(_stash_dtype(stash_type, X.dtype), copy=False)
-    normed, mean, inv_std = _normalize(xp, work, axes, epsilon)
-    y = normed.astype(X.dtype, copy=False) * Scale
-    if B is not None:
-        y = y + B
-    y = y.astype(X.dtype, copy=False)
+    if xp is np and work.size and work.dtype == X.dtype:
+        normed, mean, inv_std = _normalize_trailing(work, axis, epsilon)
+        # normed is fresh and already in X's dtype: finish in place.
+        if Scale.shape == normed.shape:
+            normed *= Scale
+        else:
+            normed = normed * Scale
+        if B is not None:
+            if np.broadcast_shapes(B.shape, normed.shape) == normed.shape:
+                normed += B
+            else:
+                normed = normed + B
+        y = normed.astype(X.dtype, copy=False)
+    else:
+        normed, mean, inv_std = _normalize(xp, work, axes, epsilon)
+        y = normed.astype(X.dtype, copy=False) * Scale
+        if B is not None:
+            y = y + B
+        y = y.astype(X.dtype, copy=False)
     if ctx is not None and ctx.n_outputs > 1:
         stat_dtype = _declared(ctx, 1) or np.dtype(np.float32)
         return (y, mean.astype(stat_dtype, copy=False), inv_std.astype(stat_dtype, copy=False))[: ctx.n_outputs]

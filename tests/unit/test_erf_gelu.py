@@ -1,0 +1,45 @@
+"""The vectorized erf and the fitted float32 GELU against the math library, on dense grids."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from onnxpy.ops import _erf
+from onnxpy.ops.elementwise import gelu
+
+
+def _gelu_exact(x: np.ndarray) -> np.ndarray:
+    return np.array([v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x.astype(np.float64)])
+
+
+def test_float32_gelu_is_within_1e6_of_the_definition() -> None:
+    x = np.linspace(-12, 12, 240_001, dtype=np.float32)
+    got = _erf.gelu32(np, x)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, _gelu_exact(x), rtol=0, atol=1e-6)
+
+
+def test_float32_gelu_tails_and_specials() -> None:
+    x = np.array([0.0, -0.0, 1e-30, -1e-30, 50.0, -50.0, 1e30, np.inf, np.nan], dtype=np.float32)
+    with np.errstate(all="ignore"):
+        got = _erf.gelu32(np, x)
+    np.testing.assert_allclose(got[:7], [0, 0, 5e-31, -5e-31, 50, 0, 1e30], rtol=1e-6, atol=1e-36)
+    assert got[7] == np.inf and np.isnan(got[8])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_gelu_kernel_matches_the_definition_in_each_dtype(dtype: type) -> None:
+    x = np.random.default_rng(0).standard_normal(10_000).astype(dtype) * 4
+    got = gelu(np, x)
+    assert got.dtype == dtype
+    tol = {np.float16: 2e-3, np.float32: 1e-6, np.float64: 1e-12}[dtype]
+    np.testing.assert_allclose(got.astype(np.float64), _gelu_exact(x), rtol=tol, atol=tol)
+
+
+def test_float32_erf_matches_math_erf() -> None:
+    x = np.linspace(-6, 6, 120_001, dtype=np.float32)
+    want = np.array([math.erf(v) for v in x.astype(np.float64)])
+    np.testing.assert_allclose(_erf.erf(np, x), want, rtol=0, atol=5e-7)

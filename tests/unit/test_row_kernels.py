@@ -1,0 +1,69 @@
+"""The host fast paths of Softmax (shared shift) and LayerNormalization (BLAS row statistics)
+against float64 definitions, including the rows that force their fallbacks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxpy.ops import nn
+
+
+def _softmax64(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_rows_far_below_the_tensor_maximum_are_exact(dtype: type) -> None:
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((2, 3, 16, 40)) * 8).astype(dtype)
+    x[0, 0, 3] = -10_000.0  # a fully masked attention row
+    x[0, 1, 5, :20] = -1e9  # a partly masked row
+    x[1, 2, 7] += -200.0  # a row whose maximum is far below the tensor's
+    x[1, 0, 0, 0] = 80.0  # one large value sets the shared shift
+    got = nn.softmax(np, x, axis=-1)
+    assert got.dtype == dtype and got.shape == x.shape
+    # Entries below 1e-9 of their row may sit near float32's subnormal range after the shared shift.
+    np.testing.assert_allclose(got, _softmax64(x), rtol=2e-6, atol=1e-9)
+    np.testing.assert_allclose(got[0, 0, 3], np.full(40, 1 / 40), rtol=1e-6)
+
+
+def test_softmax_non_finite_inputs_follow_the_per_row_form() -> None:
+    x = np.zeros((4, 5), dtype=np.float32)
+    x[0] = -np.inf  # all -inf: NaN, as onnxruntime
+    x[1, 2] = -np.inf  # one -inf: zero weight
+    x[2, 1] = np.nan
+    x[3, 4] = np.inf
+    with np.errstate(all="ignore"):
+        got = nn.softmax(np, x, axis=-1)
+    assert np.isnan(got[0]).all()
+    np.testing.assert_allclose(got[1], [0.25, 0.25, 0, 0.25, 0.25])
+    assert np.isnan(got[2]).all()
+    assert got[3, 4] == 1 or np.isnan(got[3, 4])
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 7, 64), -1), ((3, 4, 5, 6), 2), ((1, 1), -1), ((5, 300), 1)])
+def test_layer_norm_fast_path_matches_float64(shape: tuple[int, ...], axis: int) -> None:
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(shape) * 3 + 5).astype(np.float32)
+    inner = shape[axis:]
+    scale = rng.standard_normal(inner).astype(np.float32)
+    bias = rng.standard_normal(inner).astype(np.float32)
+    got, mean, inv = nn.layer_norm(np, x, scale, bias, axis=axis, ctx=_Ctx(3))
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    x64 = x.astype(np.float64)
+    m = x64.mean(axis=axes, keepdims=True)
+    v = ((x64 - m) ** 2).mean(axis=axes, keepdims=True)
+    want = (x64 - m) / np.sqrt(v + 1e-5) * scale + bias
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(mean, m, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(inv, 1 / np.sqrt(v + 1e-5), rtol=1e-5)
+    assert got.dtype == np.float32 and mean.shape == m.shape
+
+
+class _Ctx:
+    def __init__(self, n_outputs: int) -> None:
+        self.n_outputs = n_outputs
+        self.output_elem_types = (1, 1, 1)
