@@ -250,7 +250,9 @@ class InferenceSession:
         except ValueError as e:
             raise InvalidArgument(str(e)) from None
         graph = base if base is not None else self._load_base_graph()[0]
-        self._applied_passes = optimize(graph, int(self._sess_options.graph_optimization_level))
+        self._applied_passes = optimize(
+            graph, int(self._sess_options.graph_optimization_level), host_only=provider.name == "CPUExecutionProvider"
+        )
         if self._sess_options.optimized_model_filepath:
             from ..ir.export import save_graph
 

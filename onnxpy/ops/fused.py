@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .conv import conv_nd
 from .nn import gemm
 from .registry import op
@@ -138,3 +140,30 @@ def fused_layer_norm(xp: Any, X: Any, scale: Any, B: Any = None, *, axis: int = 
     from .nn import layer_norm
 
     return layer_norm(xp, X, scale, B, axis=axis, epsilon=epsilon)
+
+
+# Distinct input-shape sets remembered per ShapeMemo node (oldest forgotten first).
+SHAPE_MEMO_ENTRIES = 32
+
+
+@op("ShapeMemo", 1, domain=DOMAIN)
+def shape_memo(xp: Any, *args: Any, body: Any, keyed: int, ctx: Any = None) -> Any:
+    """A group of shape computations (see optimizer/passes/memoize_shapes.py): ``body`` runs
+    once per distinct shape of the first ``keyed`` inputs, and its outputs are reused, read-only,
+    by later runs with the same shapes."""
+    n = ctx.n_inputs if ctx is not None else len(args)
+    explicit, implicit = args[:n], args[n:]
+    key = tuple(tuple(a.shape) for a in explicit[:keyed])
+    memo: dict[Any, tuple[Any, ...]] = body.__dict__.setdefault("shape_memo", {})
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    names = ctx.implicit_inputs if ctx is not None else ()
+    outs = tuple(body.run(list(explicit), dict(zip(names, implicit))))
+    if all(isinstance(o, np.ndarray) for o in outs):
+        for o in outs:
+            o.flags.writeable = False  # shared by every later run: nobody may write into it
+        if len(memo) >= SHAPE_MEMO_ENTRIES:
+            memo.pop(next(iter(memo)))
+        memo[key] = outs
+    return outs

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ir.graph import Graph, topological_sort
-from .passes import constant_folding, eliminate, fold_batchnorm, fuse_activation, fuse_patterns
+from .passes import constant_folding, eliminate, fold_batchnorm, fuse_activation, fuse_patterns, memoize_shapes
 
 Pass = Callable[[Graph], bool]
 
@@ -18,6 +18,8 @@ Pass = Callable[[Graph], bool]
 BASIC: list[Pass] = [constant_folding.run, eliminate.run]
 EXTENDED: list[Pass] = [fold_batchnorm.run, fuse_activation.run, fuse_patterns.run]
 LAYOUT: list[Pass] = []
+# Run once at the end (extended level, host sessions): they wrap what the others left.
+FINAL_HOST: list[Pass] = [memoize_shapes.run]
 
 MAX_ROUNDS = 16
 
@@ -33,8 +35,9 @@ def passes_for_level(level: int) -> list[Pass]:
     return passes
 
 
-def optimize(graph: Graph, level: int) -> list[str]:
-    """Run the passes of ``level`` on ``graph`` in place; return the names of passes that changed it."""
+def optimize(graph: Graph, level: int, host_only: bool = False) -> list[str]:
+    """Run the passes of ``level`` on ``graph`` in place; return the names of passes that changed
+    it. ``host_only``: the session runs every node on the CPU (enables FINAL_HOST)."""
     passes = passes_for_level(int(level))
     applied: list[str] = []
     for _ in range(MAX_ROUNDS):
@@ -48,4 +51,9 @@ def optimize(graph: Graph, level: int) -> list[str]:
                 topological_sort(graph)
         if not changed:
             break
+    if int(level) >= 2 and host_only:
+        for p in FINAL_HOST:
+            if p(graph):
+                applied.append(p.__module__.rsplit(".", 1)[-1])
+                topological_sort(graph)
     return applied

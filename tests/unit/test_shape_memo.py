@@ -1,0 +1,123 @@
+"""The shape-memo pass: shape computations run once per input shape, then come from a cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+import onnxpy
+from onnxpy.optimizer.rewrite import FUSED_DOMAIN
+from tests.helpers import make_model, vinfo
+
+I64 = TensorProto.INT64
+
+
+def _flatten_by_shape_model() -> onnx.ModelProto:
+    """y = reshape(x, [batch, -1]) * 2 and z = reshape(y, shape(x)): the targets are computed
+    from shape(x) at run time (Shape -> Gather -> Unsqueeze -> Concat), as exporters write them;
+    the second chain reads the shape of a value computed after the first memo's output."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"]),
+        helper.make_node("Concat", ["b1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("Mul", ["flat", "two"], ["y"]),
+        helper.make_node("Shape", ["y"], ["ys"]),
+        helper.make_node("Gather", ["ys", "one"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"]),
+        helper.make_node("Concat", ["n1", "b1"], ["swap"], axis=0),
+        helper.make_node("Reshape", ["y", "swap"], ["z"]),
+    ]
+    inits = {
+        "zero": np.array(0, np.int64),
+        "one": np.array(1, np.int64),
+        "axes0": np.array([0], np.int64),
+        "minus1": np.array([-1], np.int64),
+        "two": np.array(2, np.float32),
+    }
+    return make_model(nodes, [vinfo("x", shape=["B", "H", "W"])], [vinfo("y"), vinfo("z")], inits)
+
+
+def test_shape_chains_become_memo_nodes_with_correct_results_for_each_shape() -> None:
+    model = _flatten_by_shape_model()
+    sess = onnxpy.InferenceSession(model)
+    assert "memoize_shapes" in sess._applied_passes
+    memos = [n for n in sess._compiled.graph.nodes if n.op_type == "ShapeMemo"]
+    # One memo per chain: x's shape, and y's (y exists only after the first memo's Reshape).
+    assert len(memos) == 2 and all(n.domain == FUSED_DOMAIN for n in memos)
+    assert sorted(n.inputs[0] for n in memos) == ["x", "y"]
+    assert not any(n.op_type in ("Gather", "Unsqueeze", "Shape") for n in sess._compiled.graph.nodes)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    shapes = [(2, 3, 4), (5, 1, 2), (2, 3, 4), (1, 7, 3), (5, 1, 2)]
+    for shape in shapes:  # shapes come back: cached entries must not leak between shapes
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = sess.run(None, {"x": x})
+        want = ref.run(None, {"x": x})
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+
+
+def test_each_memo_runs_its_body_once_per_distinct_shape() -> None:
+    sess = onnxpy.InferenceSession(_flatten_by_shape_model())
+    for shape in [(2, 3, 4), (2, 3, 4), (4, 3, 2), (2, 3, 4)]:
+        sess.run(None, {"x": np.ones(shape, np.float32)})
+    steps = [s for s in sess._compiled.plan.steps if s.op_type == "ShapeMemo"]
+    assert steps
+    for step in steps:
+        body = step.fn.keywords["body"]
+        assert len(body.shape_memo) == 2  # two distinct shapes seen
+        for outs in body.shape_memo.values():
+            assert all(not o.flags.writeable for o in outs)
+
+
+def test_memoized_values_returned_as_outputs_are_the_callers_own() -> None:
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"]),
+        helper.make_node("Concat", ["b1", "b1"], ["shape_out"], axis=0),
+    ]
+    inits = {"zero": np.array(0, np.int64), "axes0": np.array([0], np.int64)}
+    model = make_model(nodes, [vinfo("x", shape=["B", 2])], [vinfo("shape_out", I64)], inits)
+    sess = onnxpy.InferenceSession(model)
+    first = sess.run(None, {"x": np.ones((3, 2), np.float32)})[0]
+    assert first.flags.writeable
+    first[:] = 99  # the caller may write into what it got...
+    again = sess.run(None, {"x": np.ones((3, 2), np.float32)})[0]
+    np.testing.assert_array_equal(again, [3, 3])  # ...without changing later results
+
+
+def test_random_ops_and_small_chains_are_left_alone() -> None:
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("ConstantOfShape", ["s"], ["zeros"]),
+        helper.make_node("RandomUniformLike", ["zeros"], ["r"], dtype=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "r"], ["y"]),
+    ]
+    model = make_model(nodes, [vinfo("x", shape=["B", 3])], [vinfo("y")])
+    sess = onnxpy.InferenceSession(model)
+    assert not any(n.op_type == "ShapeMemo" for n in sess._compiled.graph.nodes)
+    a = sess.run(None, {"x": np.zeros((4, 3), np.float32)})[0]
+    b = sess.run(None, {"x": np.zeros((4, 3), np.float32)})[0]
+    assert not np.array_equal(a, b)  # the random op still draws anew each run
+
+
+def test_disabled_below_extended_level_and_written_to_optimized_models(tmp_path) -> None:
+    model = _flatten_by_shape_model()
+    basic = onnxpy.SessionOptions()
+    basic.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    assert "memoize_shapes" not in onnxpy.InferenceSession(model, basic)._applied_passes
+    so = onnxpy.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    want = onnxpy.InferenceSession(model, so).run(None, {"x": x})
+    saved = onnx.load(str(tmp_path / "opt.onnx"))
+    assert any(n.op_type == "ShapeMemo" for n in saved.graph.node)
+    got = onnxpy.InferenceSession(saved).run(None, {"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
