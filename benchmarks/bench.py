@@ -6,8 +6,11 @@
 
 What it measures, for each model:
 
-- median latency of ``run`` for onnxpy and onnxruntime, interleaved call by call in this one
-  process (both see the same machine state), and their ratio onnxpy / onnxruntime;
+- median latency of ``run`` for onnxpy and onnxruntime, interleaved round by round in this one
+  process (both see the same machine state), and their ratio onnxpy / onnxruntime; in each
+  round a runtime makes untimed calls for 50 ms (at least one), then a block of timed calls
+  lasting about 0.1 s, so each is measured as it runs alone, not fighting the other's
+  spinning thread pool (see ``time_interleaved``);
 - session-creation time of each;
 - peak resident memory (RSS) of each runtime, each in a fresh subprocess that imports only that
   runtime, creates the session and runs the model twice;
@@ -247,9 +250,13 @@ def measure(entry: ModelEntry, batch: int, args: argparse.Namespace) -> Result:
     ours.call()
     theirs.call()
     round_s = time.perf_counter() - t0
-    rounds = max(args.min_repeat, min(args.repeat, int(args.budget / max(round_s, 1e-9))))
-    rounds = min(rounds, args.repeat)
-    times = time_interleaved([ours, theirs], repeat=rounds, warmup=0)
+    # Timed calls come in blocks of about 0.1 s per runtime, after 50 ms of settling calls (see
+    # time_interleaved); --repeat counts timed calls.
+    per_call = max(round_s / 2, 1e-9)
+    block = max(1, min(10, args.repeat, int(0.1 / per_call)))
+    per_round = 2 * (max(0.05, per_call) + block * per_call)
+    rounds = max(-(-args.min_repeat // block), min(args.repeat // block, int(args.budget / per_round)), 1)
+    times = time_interleaved([ours, theirs], repeat=rounds, warmup=0, block=block)
     a, b = latency_stats(times["onnxpy"], batch), latency_stats(times["onnxruntime"], batch)
     res.runs = a.runs
     res.onnxpy_ms, res.onnxruntime_ms = a.median_ms, b.median_ms

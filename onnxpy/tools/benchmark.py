@@ -118,8 +118,19 @@ def time_interleaved(
     warmup: int = 1,
     min_repeat: int = 3,
     progress: Callable[[int, float], None] | None = None,
+    settle_s: float = 0.05,
+    block: int = 1,
 ) -> dict[str, list[float]]:
     """Seconds per call for each contender, measured in alternating rounds.
+
+    In each round every contender first makes untimed calls for ``settle_s`` seconds (at least
+    one), then ``block`` timed calls in a row. Both runtimes keep thread pools that spin after
+    a call (onnxruntime's intra-op threads, OpenBLAS's workers): a call timed soon after the
+    other runtime's measures the two fighting over the cores, which neither does when it runs
+    alone. On this project's 2-core virtual machine, the first 30 ms of onnxpy calls after an
+    onnxruntime call ran 2.5x slower, and the reverse also happened; settling first, then
+    timing a block, reproduces what each runtime does alone, while the alternation still
+    spreads slow phases of the machine over both.
 
     Stops after ``repeat`` rounds, or once ``duration`` seconds have passed (and at least
     ``min_repeat`` rounds ran); with both, whichever comes first. ``progress(rounds, elapsed)``
@@ -137,9 +148,14 @@ def time_interleaved(
     while True:
         order = contenders if rounds % 2 == 0 else list(reversed(contenders))
         for c in order:
-            t0 = clock()
+            settle_end = clock() + settle_s
             c.call()
-            times[c.name].append(clock() - t0)
+            while clock() < settle_end:
+                c.call()
+            for _ in range(block):
+                t0 = clock()
+                c.call()
+                times[c.name].append(clock() - t0)
         rounds += 1
         elapsed = clock() - start
         if progress is not None:

@@ -82,3 +82,15 @@ def test_table_alignment() -> None:
     lines = text.splitlines()
     assert lines[1].startswith("---------")
     assert lines[2].endswith("  1.5") and lines[4].endswith("12.25")
+
+
+def test_time_interleaved_settles_then_times_blocks_in_alternating_order() -> None:
+    from onnxpy.tools.benchmark import Contender, time_interleaved
+
+    log: list[str] = []
+    a = Contender("a", None, 0.0, lambda: log.append("a"), [])
+    b = Contender("b", None, 0.0, lambda: log.append("b"), [])
+    times = time_interleaved([a, b], repeat=2, warmup=0, settle_s=0.0, block=3)
+    assert {k: len(v) for k, v in times.items()} == {"a": 6, "b": 6}
+    # Round 1: a settles (1 call) and runs 3 timed calls, then b; round 2 starts with b.
+    assert "".join(log) == "aaaa" + "bbbb" + "bbbb" + "aaaa"
