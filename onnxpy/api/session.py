@@ -24,6 +24,7 @@ from ..optimizer.manager import optimize
 from ..providers import PROVIDER_DEVICES, Provider, available_provider_names, provider_for_session
 from ..runtime.compile import apply_free_dimension_overrides, build_graph
 from ..runtime.compiled import CompiledGraph
+from ..runtime.executor import execute
 from ..runtime.facts import SessionFacts
 from ..runtime.memory import release_free_memory
 from .errors import Fail, InvalidArgument, InvalidGraph, OnnxpyError
@@ -308,11 +309,52 @@ class InferenceSession:
         self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: RunOptions | None = None
     ) -> list[Any]:
         """Run the model; returns numpy arrays (lists for sequences, None for empty optionals)."""
+        if run_options is None and not output_names and input_feed.__class__ is dict:
+            out = self._run_plain(input_feed)
+            if out is not None:
+                return out
         if not isinstance(input_feed, dict):
             raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         feeds = {name: self._prepare_feed(name, value) for name, value in input_feed.items()}
         values = self._run_device(output_names, feeds, run_options)
         return [self._to_user(v, feeds) for v in values]
+
+    def _run_plain(self, input_feed: dict[str, Any]) -> list[Any] | None:
+        """The common call, with less ceremony: host arrays of the declared tensor types into a
+        CPU session without profiling, debugging or a thread cap. None when anything is less
+        plain; the general path then runs (and reports problems)."""
+        compiled = self._compiled
+        if (
+            self._profiler is not None
+            or self._facts.intra_op_threads
+            or self._facts.check_nan_inf
+            or self._facts.debug_level
+            or compiled.provider.device_type != "cpu"
+        ):
+            return None
+        if compiled._mixed is None:
+            compiled._mixed = compiled.placement.mixed
+        if compiled._mixed:
+            return None
+        specs = self._input_specs
+        for name, value in input_feed.items():
+            spec = specs.get(name)
+            if spec is None or value.__class__ is not np.ndarray or spec.kind != "tensor_type":
+                return None
+            if value.dtype.kind in ("U", "S"):
+                return None
+            self._check_tensor(spec, value)
+        for name in self._required:
+            if name not in input_feed:
+                return None
+        plan = compiled.plan
+        feed_ids = plan.feed_ids
+        try:
+            with np.errstate(all="ignore"):
+                out = execute(plan, {feed_ids[n]: v for n, v in input_feed.items()})
+        except RecursionError as e:
+            raise InvalidGraph(f"the model nests too deeply to run: {e}") from e
+        return [self._to_user(v, input_feed) for v in out]
 
     def run_with_ort_values(
         self,

@@ -22,9 +22,9 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
     """Apply ``activation`` to ``y`` in place where possible; returns the result."""
     if not activation:
         return y
-    t = y.dtype.type
     if activation == "Relu":
-        return xp.maximum(y, t(0), out=y)
+        return xp.maximum(y, 0, out=y)
+    t = y.dtype.type
     if activation == "LeakyRelu":
         neg = xp.minimum(y, t(0))
         neg *= t(1 - params[0])
@@ -123,6 +123,8 @@ def fused_matmul(
     y = xp.matmul(A, B)
     if bias is not None:
         y += bias
+    if not activation:
+        return y
     return apply_activation(xp, y, activation, activation_params or [])
 
 
