@@ -88,6 +88,24 @@ def build_plan(
             continue
         release[s].append(v)
 
+    # In-place candidates: an input the kernel may overwrite with its output, when this step is
+    # that value's last reader and the value is the graph's own (not a feed, an outer value, a
+    # constant or a fetched value). Whether the buffer can really be written (it owns its memory,
+    # nothing else views it, shapes and dtypes match) is checked at run time by the executor.
+    protected = keep | set(feed_ids.values()) | set(outer_ids.values()) | {ABSENT, DISCARD}
+    inplace = [-1] * len(bound)
+    for s, b in enumerate(bound):
+        if not b.accepts_out or not b.single_output:
+            continue
+        ins = step_inputs[s]
+        for pos, out_pos in b.may_inplace:
+            if out_pos != 0 or pos >= len(ins):
+                continue
+            v = ins[pos]
+            if v not in protected and last_use.get(v) == s and ins.count(v) == 1:
+                inplace[s] = pos
+                break
+
     steps = [
         Step(
             index=s,
@@ -100,6 +118,7 @@ def build_plan(
             outputs=step_outputs[s],
             release=tuple(sorted(release[s])),
             single_output=b.single_output,
+            inplace_input=inplace[s],
         )
         for s, b in enumerate(bound)
     ]

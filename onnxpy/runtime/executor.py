@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ..api.errors import EngineError, OnnxpyError, RuntimeException
 from ..planner.plan import ExecutionPlan, Step
@@ -35,7 +38,7 @@ def execute(
     if terminate is None and observer is None:
         # The hot loop: the common case of a single-output step is inlined.
         for step in plan.steps:
-            if step.single_output:
+            if step.single_output and step.inplace_input < 0:
                 args = [values[i] for i in step.inputs]
                 try:
                     result = step.fn(*args)
@@ -43,6 +46,9 @@ def execute(
                     _raise_for(step, args, e)
                 values[step.outputs[0]] = result[0] if result.__class__ is tuple else result
             else:
+                # Drop this loop's references to the previous step's arrays: an in-place step
+                # checks that nothing but the run holds its target buffer.
+                args = result = None
                 _run_step(step, values)
             for i in step.release:
                 values[i] = None
@@ -72,8 +78,59 @@ def _raise_for(step: Step, args: list[Any], e: Exception) -> None:
     ) from e
 
 
+def _refs(args: list[Any], pos: int) -> int:
+    arr = args[pos]
+    return sys.getrefcount(arr)
+
+
+def _baseline_refs() -> int:
+    """What ``_refs`` reports for an array referenced only by a value slot and an argument
+    list, as in a run; measured rather than assumed, since interpreters count differently."""
+    values: list[Any] = [np.empty(1)]
+    args = [values[0]]
+    return _refs(args, 0)
+
+
+_SOLE_OWNER_REFS = _baseline_refs()
+
+
+def _inplace_target(step: Step, args: list[Any]) -> Any:
+    """The input buffer the step may write its output into, or None: a host array that owns
+    its memory, is writable, is referenced by nothing else (a view made by an earlier kernel
+    would hold a reference to it), and has the output's shape and dtype (every other input
+    broadcasts to it and shares its dtype)."""
+    pos = step.inplace_input
+    if _refs(args, pos) > _SOLE_OWNER_REFS:  # before binding a local name, as when calibrated
+        return None
+    arr = args[pos]
+    if arr.__class__ is not np.ndarray or not arr.flags.owndata or not arr.flags.writeable:
+        return None
+    shape, dtype = arr.shape, arr.dtype
+    for a in args:
+        if a is arr:
+            continue
+        if a.__class__ is not np.ndarray or a.dtype != dtype:
+            return None
+        if a.shape != shape:
+            try:
+                if np.broadcast_shapes(a.shape, shape) != shape:
+                    return None
+            except ValueError:
+                return None
+    return arr
+
+
 def _run_step(step: Step, values: list[Any]) -> None:
     args = [values[i] for i in step.inputs]
+    if step.inplace_input >= 0:
+        target = _inplace_target(step, args)
+        if target is not None:
+            try:
+                result = step.fn(*args, out=target)
+            except Exception as e:  # noqa: BLE001 - reported naming the node
+                _raise_for(step, args, e)
+            values[step.outputs[0]] = result
+            return
     try:
         result = step.fn(*args)
     except Exception as e:  # noqa: BLE001 - a kernel failure is reported naming the node
