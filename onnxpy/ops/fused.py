@@ -7,6 +7,7 @@ Gemm / MatMul + bias with activation. Activations are applied in place on the fr
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -146,6 +147,7 @@ def fused_layer_norm(xp: Any, X: Any, scale: Any, B: Any = None, *, axis: int = 
 
 # Distinct input-shape sets remembered per ShapeMemo node (oldest forgotten first).
 SHAPE_MEMO_ENTRIES = 32
+_MEMO_LOCK = threading.Lock()
 
 
 @op("ShapeMemo", 1, domain=DOMAIN)
@@ -156,7 +158,10 @@ def shape_memo(xp: Any, *args: Any, body: Any, keyed: int, ctx: Any = None) -> A
     n = ctx.n_inputs if ctx is not None else len(args)
     explicit, implicit = args[:n], args[n:]
     key = tuple(tuple(a.shape) for a in explicit[:keyed])
-    memo: dict[Any, tuple[Any, ...]] = body.__dict__.setdefault("shape_memo", {})
+    memo: dict[Any, tuple[Any, ...]] | None = body.__dict__.get("shape_memo")
+    if memo is None:
+        with _MEMO_LOCK:
+            memo = body.__dict__.setdefault("shape_memo", {})
     hit = memo.get(key)
     if hit is not None:
         return hit
@@ -165,7 +170,8 @@ def shape_memo(xp: Any, *args: Any, body: Any, keyed: int, ctx: Any = None) -> A
     if all(isinstance(o, np.ndarray) for o in outs):
         for o in outs:
             o.flags.writeable = False  # shared by every later run: nobody may write into it
-        if len(memo) >= SHAPE_MEMO_ENTRIES:
-            memo.pop(next(iter(memo)))
-        memo[key] = outs
+        with _MEMO_LOCK:  # concurrent runs may fill the same memo
+            while len(memo) >= SHAPE_MEMO_ENTRIES:
+                memo.pop(next(iter(memo)))
+            memo[key] = outs
     return outs

@@ -121,3 +121,33 @@ def test_disabled_below_extended_level_and_written_to_optimized_models(tmp_path)
     got = onnxpy.InferenceSession(saved).run(None, {"x": x})
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_concurrent_runs_with_many_shapes_fill_and_evict_the_memo_safely(monkeypatch) -> None:
+    import threading
+
+    from onnxpy.ops import fused
+
+    monkeypatch.setattr(fused, "SHAPE_MEMO_ENTRIES", 3)  # force eviction while threads race
+    model = _flatten_by_shape_model()
+    sess = onnxpy.InferenceSession(model)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    shapes = [(b, h, 2) for b in (1, 2, 3) for h in (1, 2, 3)]
+    failures: list[str] = []
+
+    def worker(tid: int) -> None:
+        rng = np.random.default_rng(tid)
+        for i in range(60):
+            shape = shapes[(tid + i) % len(shapes)]
+            x = rng.standard_normal(shape).astype(np.float32)
+            got = sess.run(None, {"x": x})
+            want = ref.run(None, {"x": x})
+            if any(g.shape != w.shape or not np.array_equal(g, w) for g, w in zip(got, want)):
+                failures.append(f"thread {tid} shape {shape}")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
