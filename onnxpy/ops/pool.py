@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -235,32 +235,35 @@ def _separable_clipped(
     cur = x
     for a, (ranges, base) in enumerate(plans):
         others = [j for j in range(kernel[a]) if j != base and ranges[j][0] < ranges[j][1]]
-        geo = (kernel[a], strides[a], dilations[a], begin[a], out[a])
+        taps = _AxisTaps(ranges, base, others, kernel[a], strides[a], dilations[a], begin[a], out[a])
         acc = None
         if others and xp is np:
-            acc = _flat_pass(cur, 2 + a, ranges, base, others, *geo, combine)
+            acc = _flat_pass(cur, 2 + a, taps, combine)
         if acc is None:
-            acc = _axis_pass(xp, cur, 2 + a, ranges, base, others, *geo, combine)
+            acc = _axis_pass(xp, cur, 2 + a, taps, combine)
         cur = acc
     return cur
 
 
-def _axis_pass(
-    xp: Any,
-    x: Any,
-    axis: int,
-    ranges: list[tuple[int, int]],
-    base: int,
-    others: list[int],
-    k: int,
-    s: int,
-    d: int,
-    b: int,
-    o: int,
-    combine: Any,
-) -> Any:
+class _AxisTaps(NamedTuple):
+    """One axis of a window reduction: per tap the windows [lo, hi) where it is inside the
+    input, a tap inside for every window (``base``), the other taps inside for some, and the
+    kernel size, stride, dilation, begin padding and output size along the axis."""
+
+    ranges: list[tuple[int, int]]
+    base: int
+    others: list[int]
+    k: int
+    s: int
+    d: int
+    b: int
+    o: int
+
+
+def _axis_pass(xp: Any, x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
     """Reduce the windows along one axis: the base tap (inside the input for every window)
     combined with each other tap over the windows where that tap is inside too."""
+    ranges, base, others, _k, s, d, b, o = taps
 
     def view(j: int, lo: int, hi: int) -> Any:
         start = lo * s - b + j * d
@@ -297,19 +300,7 @@ def _axis_pass(
     return acc
 
 
-def _flat_pass(
-    x: Any,
-    axis: int,
-    ranges: list[tuple[int, int]],
-    base: int,
-    others: list[int],
-    k: int,
-    s: int,
-    d: int,
-    b: int,
-    o: int,
-    combine: Any,
-) -> Any:
+def _flat_pass(x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
     """One axis's pass over the whole array as a single flat line, so each combine is one long
     contiguous (or evenly strided) loop: numpy runs those several times faster than the short
     per-row loops of a sliced view. A tap then reads across the ends of the axis (into the
@@ -319,6 +310,7 @@ def _flat_pass(
     Needs x contiguous, and output position p along the flat line to read input s*p + offset:
     on the innermost axis that holds when the windows tile each row (o * s == n), on an outer
     axis when the pass keeps the size at stride 1. None otherwise."""
+    ranges, base, others, k, s, d, b, o = taps
     n = x.shape[axis]
     inner = math.prod(x.shape[axis + 1 :])
     if not x.flags.c_contiguous or x.size == 0:
