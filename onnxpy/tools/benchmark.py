@@ -1,8 +1,9 @@
 """Latency measurement shared by ``onnxpy bench`` and benchmarks/bench.py.
 
-Several runtimes ("contenders") run the same model on the same inputs, interleaved call by call
-in one process, so that both see the same machine state (frequency, cache, other load); the one
-that goes first alternates from one round to the next.
+Several runtimes ("contenders") run the same model on the same inputs in one process, in
+alternating rounds, so that both see the same machine state (frequency, cache, other load); the
+one that goes first alternates from one round to the next, and within a round each settles and
+then runs a block of timed calls (see ``time_interleaved``).
 
 onnxruntime is loaded only when the user asks for a comparison with it: onnxpy never computes
 anything with it.
@@ -142,16 +143,18 @@ def time_interleaved(
         for c in contenders:
             c.call()
     times: dict[str, list[float]] = {c.name: [] for c in contenders}
+    alternating = len(contenders) > 1
     clock = time.perf_counter
     start = clock()
     rounds = 0
     while True:
         order = contenders if rounds % 2 == 0 else list(reversed(contenders))
         for c in order:
-            settle_end = clock() + settle_s
-            c.call()
-            while clock() < settle_end:
+            if alternating:  # alone, a runtime has nobody's thread pool to wait out
+                settle_end = clock() + settle_s
                 c.call()
+                while clock() < settle_end:
+                    c.call()
             for _ in range(block):
                 t0 = clock()
                 c.call()
