@@ -75,6 +75,15 @@ def conv_nd(
         if any(begin) or any(end) or any(s != 1 for s in strides):
             x = pad_input(xp, x, begin, end, out, ext, strides, 0)
             x = x[window_slices([0] * nd, dilations, strides, out)]
+        if b is not None and group == 1 and cg < m:
+            # Fewer input than output channels: append a row of ones to X and the bias as a
+            # column of W, so the GEMM adds the bias. Copying the (smaller) input costs less than
+            # a separate pass over the (larger) output.
+            xs = xp.empty((n, cg + 1, o), dtype=cdt)
+            xs[:, :cg] = x.reshape(n, cg, o)
+            xs[:, cg] = 1
+            wb = _bias_augmented(xp, w, b, cdt)
+            return xp.matmul(wb, xs).reshape(n, m, *out)
         xs = x.reshape(n, group, cg, o)
         y = xp.matmul(w.reshape(group, mg, cg), xs).reshape(n, m, *out)
     elif nd == 2 and group == 1 and (tile := _winograd_tile(k, strides, dilations, c, m, out)):
@@ -244,6 +253,28 @@ def _winograd_weights(xp: Any, w: Any, r: int) -> Any:
         _WINO_CACHE[key] = (ref, u)
         weakref.finalize(w, _WINO_CACHE.pop, key, None)
     return u
+
+
+_AUG_CACHE: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
+
+
+def _bias_augmented(xp: Any, w: Any, b: Any, cdt: np.dtype) -> Any:
+    """[W | b] as (M, C + 1) for a 1x1 convolution; cached for read-only (constant) W and B."""
+    key = (id(w), id(b))
+    hit = _AUG_CACHE.get(key)
+    if hit is not None and hit[0]() is w and hit[1]() is b:
+        return hit[2]
+    m = w.shape[0]
+    wb = xp.concatenate([w.reshape(m, -1).astype(cdt, copy=False), b.reshape(m, 1).astype(cdt, copy=False)], axis=1)
+    if not w.flags.writeable and not b.flags.writeable:
+        try:
+            refs = (weakref.ref(w), weakref.ref(b))
+        except TypeError:
+            return wb
+        _AUG_CACHE[key] = (refs[0], refs[1], wb)
+        weakref.finalize(w, _AUG_CACHE.pop, key, None)
+        weakref.finalize(b, _AUG_CACHE.pop, key, None)
+    return wb
 
 
 def _to_host(a: Any) -> Any:

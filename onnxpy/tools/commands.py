@@ -55,7 +55,9 @@ def add_verbs(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="untimed runs first (default 1)")
     p.add_argument("--iobinding", action="store_true", help="bind inputs and preallocated outputs once")
     p.add_argument(
-        "--compare", choices=["onnxruntime"], help="also run onnxruntime, alternating settled blocks of calls with onnxpy, and print ratios"
+        "--compare",
+        choices=["onnxruntime"],
+        help="also run onnxruntime, alternating settled blocks of calls with onnxpy, and print ratios",
     )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=cmd_bench)

@@ -89,6 +89,9 @@ CONV_CASES = [
     ("1x1", (2, 6, 5, 7), (4, 6, 1, 1), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     ("1x1_grouped", (2, 6, 5, 7), (4, 3, 1, 1), 2, [1, 1], [0, 0, 0, 0], [1, 1]),
     ("1x1_strided_padded", (1, 4, 6, 7), (5, 4, 1, 1), 1, [2, 3], [1, 0, 2, 1], [1, 1]),
+    # More output than input channels: the bias rides in the GEMM as an extra column.
+    ("1x1_expand_bias_in_gemm", (2, 3, 5, 7), (8, 3, 1, 1), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
+    ("1x1_expand_strided_padded", (1, 3, 6, 7), (8, 3, 1, 1), 1, [2, 1], [1, 0, 0, 1], [1, 1]),
     ("depthwise", (2, 5, 8, 9), (5, 1, 3, 3), 5, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("depthwise_padded_width_dilated", (1, 6, 9, 8), (6, 1, 3, 3), 6, [1, 1], [2, 0, 1, 3], [2, 1]),
     ("depthwise_strided", (2, 5, 9, 9), (5, 1, 3, 3), 5, [2, 2], [1, 1, 1, 1], [1, 1]),
@@ -393,3 +396,25 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         for name, fn in originals.items():
             setattr(conv_mod, name, fn)
     assert calls == ["_winograd", "_conv2d_padded_width", "_im2col_gemm", "_depthwise", "_conv2d_padded_width"]
+
+
+def test_bias_augmented_weights_follow_changes_to_writable_weights() -> None:
+    """Only constants (read-only) have their [W | b] cached: a writable W that changes between
+    calls gives the new result, never a stale one."""
+    from onnxpy.ops import conv as conv_mod
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 2, 3, 3)).astype(np.float32)
+    w = rng.standard_normal((6, 2, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    first = conv_mod.conv_nd(np, x, w, b)
+    w *= 2
+    second = conv_mod.conv_nd(np, x, w, b)
+    np.testing.assert_allclose(second, reference_conv(x, w, b, [1, 1], [0, 0, 0, 0], [1, 1], 1), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(first, second)
+    w_const, b_const = w.copy(), b.copy()
+    w_const.flags.writeable = False
+    b_const.flags.writeable = False
+    again = [conv_mod.conv_nd(np, x, w_const, b_const) for _ in range(2)]
+    np.testing.assert_array_equal(again[0], again[1])
+    np.testing.assert_allclose(again[0], second, rtol=1e-6)
