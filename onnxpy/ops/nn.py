@@ -124,7 +124,7 @@ def _softmax_rows_shared_shift(x: np.ndarray) -> np.ndarray | None:
     e = x - top
     np.exp(e, out=e)
     e2 = e.reshape(-1, cols)
-    total = e2 @ np.ones(cols, dtype=x.dtype)
+    total = e2 @ _row_vector(cols, 1.0, x.dtype)
     low = total < _SAFE_ROW_SUM * cols
     if low.any():
         rows = x.reshape(-1, cols)[low]
@@ -290,19 +290,20 @@ def _normalize(xp: Any, work: Any, axes: tuple[int, ...], epsilon: float) -> tup
     return centered * inv_std, mean, inv_std
 
 
-_MEAN_VECTORS: dict[tuple[int, str], np.ndarray] = {}
+_ROW_VECTORS: dict[tuple[int, float, str], np.ndarray] = {}
 
 
-def _mean_vector(n: int, dtype: np.dtype) -> np.ndarray:
-    """(n,) of 1/n: row means as one matrix-vector product (BLAS), much faster than numpy's
-    per-row reduction when rows are short, as in transformer LayerNorms."""
-    key = (n, dtype.str)
-    v = _MEAN_VECTORS.get(key)
+def _row_vector(n: int, value: float, dtype: np.dtype) -> np.ndarray:
+    """(n,) filled with ``value``, cached read-only: row sums (value 1) and means (1/n) as one
+    matrix-vector product (BLAS), much faster than numpy's per-row reduction when rows are
+    short, as in transformer LayerNorms and attention softmaxes."""
+    key = (n, value, dtype.str)
+    v = _ROW_VECTORS.get(key)
     if v is None:
-        v = np.full(n, 1.0 / n, dtype=dtype)
+        v = np.full(n, value, dtype=dtype)
         v.flags.writeable = False
-        if len(_MEAN_VECTORS) < 256:
-            _MEAN_VECTORS[key] = v
+        if len(_ROW_VECTORS) < 256:
+            _ROW_VECTORS[key] = v
     return v
 
 
@@ -313,11 +314,11 @@ def _normalize_trailing(work: np.ndarray, axis: int, epsilon: float) -> tuple[An
     rows = math.prod(work.shape[:axis])
     cols = math.prod(work.shape[axis:])
     x2 = work.reshape(rows, cols)
-    ones = _mean_vector(cols, work.dtype)
-    mean = x2 @ ones
+    inv_n = _row_vector(cols, 1.0 / cols, work.dtype)
+    mean = x2 @ inv_n
     centered = x2 - mean[:, None]
     sq = centered * centered
-    var = sq @ ones
+    var = sq @ inv_n
     var += work.dtype.type(epsilon)
     inv_std = np.sqrt(var, out=var)
     np.divide(work.dtype.type(1), inv_std, out=inv_std)
