@@ -80,7 +80,7 @@ def conv_nd(
             # column of W, so the GEMM adds the bias. Copying the (smaller) input costs less than
             # a separate pass over the (larger) output.
             xs = xp.empty((n, cg + 1, o), dtype=cdt)
-            xs[:, :cg] = x.reshape(n, cg, o)
+            xs[:, :cg].reshape(n, cg, *out)[...] = x  # one copy, even from a strided selection
             xs[:, cg] = 1
             wb = _bias_augmented(xp, w, b, cdt)
             return xp.matmul(wb, xs).reshape(n, m, *out)
