@@ -99,6 +99,13 @@ def channel_affine(
     return apply_activation(xp, y, activation, activation_params or [])
 
 
+@op("ChannelMax", 1, domain=DOMAIN)
+def channel_max(xp: Any, X: Any, floor: Any) -> Any:  # noqa: N803
+    """max(X, floor) per channel (axis 1): what remains of ReLU(X * k + s) once k and s were
+    folded into the 1x1 convolution that reads it (optimizer/passes/fold_relu_floor.py)."""
+    return xp.maximum(X, floor.reshape((1, -1) + (1,) * max(X.ndim - 2, 0)))
+
+
 @op("FusedGemm", 1, domain=DOMAIN)
 def fused_gemm(
     xp: Any,

@@ -9,14 +9,22 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ir.graph import Graph, topological_sort
-from .passes import constant_folding, eliminate, fold_batchnorm, fuse_activation, fuse_patterns, memoize_shapes
+from .passes import (
+    constant_folding,
+    eliminate,
+    fold_batchnorm,
+    fold_relu_floor,
+    fuse_activation,
+    fuse_patterns,
+    memoize_shapes,
+)
 
 Pass = Callable[[Graph], bool]
 
 # Like onnxruntime's levels: basic = semantics-preserving cleanups, extended = fusions into
 # onnxpy's own fused kernels, layout = nothing yet.
 BASIC: list[Pass] = [constant_folding.run, eliminate.run]
-EXTENDED: list[Pass] = [fold_batchnorm.run, fuse_activation.run, fuse_patterns.run]
+EXTENDED: list[Pass] = [fold_batchnorm.run, fuse_activation.run, fold_relu_floor.run, fuse_patterns.run]
 LAYOUT: list[Pass] = []
 # Run once at the end (extended level, host sessions): they wrap what the others left.
 FINAL_HOST: list[Pass] = [memoize_shapes.run]

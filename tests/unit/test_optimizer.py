@@ -384,3 +384,56 @@ def test_transpose_pairs_merge_or_vanish() -> None:
     assert eliminate.run(graph)  # the inner Identity goes; the one naming output y stays
     assert _ops(graph) == {"Identity": 1, "Transpose": 1}
     _same_numbers(m, {"x": RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)})
+
+
+def _bn_relu_conv_model(scale_sign: float, kernel: int, pads: int, readers: int = 1, residual: bool = False):
+    """x -> BatchNorm -> Relu -> Conv (kernel x kernel) [-> + x2 -> Relu], as DenseNet writes it."""
+    c, m = 4, 6
+    bn, inits = _bn_nodes("x", "n", "bn", c)
+    inits["bn_s"] = inits["bn_s"] * np.float32(scale_sign)
+    inits["cw"] = RNG.standard_normal((m, c, kernel, kernel)).astype(np.float32)
+    inits["cb"] = RNG.standard_normal(m).astype(np.float32)
+    nodes = [*bn, helper.make_node("Relu", ["n"], ["r"])]
+    nodes.append(helper.make_node("Conv", ["r", "cw", "cb"], ["y0"], pads=[pads] * 4))
+    outs = ["y0"]
+    if residual:
+        nodes += [helper.make_node("Add", ["y0", "x2"], ["s"]), helper.make_node("Relu", ["s"], ["y1"])]
+        outs = ["y1"]
+    if readers > 1:
+        nodes.append(helper.make_node("Neg", ["r"], ["other"]))
+        outs.append("other")
+    inputs = [vinfo("x", TensorProto.FLOAT, [1, c, 5, 5])]
+    if residual:
+        inputs.append(vinfo("x2", TensorProto.FLOAT, [1, m, 5, 5]))
+    return make_model(nodes, inputs, [vinfo(o) for o in outs], initializers=inits)
+
+
+def _bn_relu_feeds(residual: bool = False, extreme: bool = True) -> dict[str, np.ndarray]:
+    x = (RNG.standard_normal((1, 4, 5, 5)) * 3).astype(np.float32)
+    if extreme:
+        x[0, 0, 0, :2] = [-1e30, -np.inf]  # ReLU gives 0 there; max(x, f) gives the floor: same product
+    feeds = {"x": x}
+    if residual:
+        feeds["x2"] = RNG.standard_normal((1, 6, 5, 5)).astype(np.float32)
+    return feeds
+
+
+def test_relu_after_affine_folds_into_a_pointwise_conv_leaving_one_max() -> None:
+    for residual in (False, True):
+        m = _bn_relu_conv_model(1.0, kernel=1, pads=0, residual=residual)
+        sess = _same_numbers(m, _bn_relu_feeds(residual), rtol=1e-5)
+        ops = _ops(sess._compiled.graph)
+        assert ops.get("ChannelMax") == 1 and "ChannelAffine" not in ops, ops
+
+
+@pytest.mark.parametrize(
+    "sign,kernel,pads,readers",
+    [(-1.0, 1, 0, 1), (1.0, 3, 1, 1), (1.0, 1, 0, 2)],
+    ids=["negative-scale", "3x3-padded", "two-readers"],
+)
+def test_relu_floor_fold_declines_where_the_identity_does_not_hold(
+    sign: float, kernel: int, pads: int, readers: int
+) -> None:
+    m = _bn_relu_conv_model(sign, kernel=kernel, pads=pads, readers=readers)
+    sess = _same_numbers(m, _bn_relu_feeds(extreme=False), rtol=1e-5)
+    assert "ChannelMax" not in _ops(sess._compiled.graph)

@@ -1,0 +1,82 @@
+"""ReLU after a per-channel affine, feeding a 1x1 convolution: one pass instead of three.
+
+DenseNet-style blocks run BatchNormalization -> ReLU -> 1x1 Conv on every concatenation, and the
+optimizer leaves them as ChannelAffine(activation=Relu): relu(x * k + s), three passes over the
+largest tensors of the model. With every k > 0,
+
+    relu(x * k + s) = k * max(x, -s / k) + s            (per channel)
+
+so the 1x1 convolution reading it computes W @ relu(x * k + s) = (W * k) @ max(x, f) + W @ s:
+the scale folds into the convolution's weights (per input channel), the shift into its bias
+(a 1x1 convolution without padding sees the shift at every position), and what remains is
+ChannelMax(x, f), a single pass. Not applied when some k <= 0 (the identity needs k > 0) or
+when the reader is not a plain 1x1 convolution of group 1 that is the value's only reader.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.graph import Graph, Node
+from ..rewrite import FUSED_DOMAIN, Sweep, constant
+from .fold_batchnorm import _conv_wb, _set_conv_wb
+
+
+def _pointwise_conv(graph: Graph, node: Node | None, src: str) -> bool:
+    """``node`` is a Conv / FusedConv reading ``src`` as X with a constant 1x1 kernel, group 1 and
+    no padding (its bias, residual and activation come after the product, so any are fine)."""
+    if node is None or not node.inputs or node.inputs[0] != src:
+        return False
+    if not (
+        (node.op_type == "Conv" and not node.domain) or (node.domain == FUSED_DOMAIN and node.op_type == "FusedConv")
+    ):
+        return False
+    w = constant(graph, node.inputs[1]) if len(node.inputs) > 1 else None
+    if w is None or w.dtype.kind != "f" or w.ndim < 3 or any(d != 1 for d in w.shape[2:]):
+        return False
+    if int(node.attrs.get("group", 1)) != 1:
+        return False
+    # A 1x1 kernel needs no padding under any auto_pad; explicit pads must be zero.
+    return not any(int(p) for p in node.attrs.get("pads", []) or [])
+
+
+def run(graph: Graph) -> bool:
+    sweep = Sweep(graph)
+    uses = sweep.uses
+    for node in list(graph.nodes):
+        if node.domain != FUSED_DOMAIN or node.op_type != "ChannelAffine" or not sweep.fresh(node):
+            continue
+        if node.attrs.get("activation") != "Relu" or len(node.inputs) != 3:
+            continue
+        out = node.outputs[0]
+        conv = uses.only_reader(out)
+        if not _pointwise_conv(graph, conv, out) or not sweep.fresh(conv):
+            continue
+        k, s = constant(graph, node.inputs[1]), constant(graph, node.inputs[2])
+        wb = _conv_wb(graph, conv)
+        if k is None or s is None or wb is None:
+            continue
+        w, b = wb
+        c = w.shape[1]
+        if k.shape != (c,) or s.shape != (c,) or not np.all(np.isfinite(k)) or not np.all(k > 0):
+            continue
+        k64, s64 = k.astype(np.float64), s.astype(np.float64)
+        w64 = w.astype(np.float64)
+        folded_w = (w64 * k64.reshape((1, c) + (1,) * (w.ndim - 2))).astype(w.dtype)
+        folded_b = (b.astype(np.float64) + w64.reshape(w.shape[0], c) @ s64).astype(b.dtype)
+        floor_name = sweep.new_name(f"{node.name or 'affine'}_floor")
+        graph.initializers[floor_name] = (-s64 / k64).astype(k.dtype)
+        _set_conv_wb(graph, sweep, conv, folded_w, folded_b)
+        sweep.replace(
+            node,
+            Node(
+                op_type="ChannelMax",
+                inputs=[node.inputs[0], floor_name],
+                outputs=[out],
+                name=node.name,
+                domain=FUSED_DOMAIN,
+                opset=1,
+            ),
+        )
+        sweep.touch(conv)
+    return sweep.finish()
