@@ -97,6 +97,10 @@ def conv_nd(
         xp_ = pad_input(xp, x, begin, end, out, ext, strides, 0)
         if cg == 1 and mg == 1:
             y = _depthwise(xp, xp_, w, k, strides, dilations, out)
+        elif b is not None and group == 1:
+            # The bias rides in the GEMM: a row of ones under the columns (built anyway), the
+            # bias as a column of W; no pass over the output to add it.
+            return _im2col_gemm(xp, xp_, w, k, strides, dilations, out, group, b)
         else:
             y = _im2col_gemm(xp, xp_, w, k, strides, dilations, out, group)
     if b is not None:
@@ -326,8 +330,18 @@ def _depthwise(
 
 
 def _im2col_gemm(
-    xp: Any, xpad: Any, w: Any, k: list[int], strides: list[int], dilations: list[int], out: list[int], group: int
+    xp: Any,
+    xpad: Any,
+    w: Any,
+    k: list[int],
+    strides: list[int],
+    dilations: list[int],
+    out: list[int],
+    group: int,
+    bias: Any = None,
 ) -> Any:
+    """Convolution as one GEMM per group over im2col columns; with ``bias`` (group 1 only) the
+    columns get a row of ones and W the bias as a last column."""
     n, c = xpad.shape[:2]
     nd = len(k)
     m = w.shape[0]
@@ -337,8 +351,14 @@ def _im2col_gemm(
     view = windows_view(xp, xpad, k, strides, dilations, out)  # (N, C, *out, *k)
     # Columns ordered (C, *k) x (N, *out) to match W flattened as (M, C * prod(k)).
     perm = (1, *range(2 + nd, 2 + 2 * nd), 0, *range(2, 2 + nd))
-    cols = view.transpose(perm).reshape(group, cg * kk, n * o)
-    y = xp.matmul(w.reshape(group, mg, cg * kk), cols)  # (group, Mg, N * O)
+    if bias is None:
+        cols = view.transpose(perm).reshape(group, cg * kk, n * o)
+        y = xp.matmul(w.reshape(group, mg, cg * kk), cols)  # (group, Mg, N * O)
+    else:
+        cols = xp.empty((cg * kk + 1, n * o), dtype=xpad.dtype)
+        cols[:-1].reshape(view.transpose(perm).shape)[...] = view.transpose(perm)
+        cols[-1] = 1
+        y = xp.matmul(_bias_augmented(xp, w, bias, xpad.dtype), cols)  # (M, N * O)
     y = y.reshape(m, n, *out)
     if n == 1:
         return y.reshape(1, m, *out)
