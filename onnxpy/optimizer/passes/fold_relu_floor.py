@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.graph import Graph, Node
+from ...model import dtypes
 from ..rewrite import FUSED_DOMAIN, Sweep, constant
 from .fold_batchnorm import _conv_wb, _set_conv_wb
 
@@ -60,6 +61,8 @@ def run(graph: Graph) -> bool:
         c = w.shape[1]
         if k.shape != (c,) or s.shape != (c,) or not np.all(np.isfinite(k)) or not np.all(k > 0):
             continue
+        if graph.elem_type(node.inputs[0]) != dtypes.elem_type(k.dtype) or w.dtype != k.dtype:
+            continue  # ChannelMax(x, floor) must keep x's dtype: floor and x agree, or no fold
         k64, s64 = k.astype(np.float64), s.astype(np.float64)
         w64 = w.astype(np.float64)
         folded_w = (w64 * k64.reshape((1, c) + (1,) * (w.ndim - 2))).astype(w.dtype)
