@@ -430,6 +430,11 @@ def layer_norm(
     if X.ndim == 0:
         raise ValueError("LayerNormalization needs X of rank >= 1")
     axis = normalize_axis(axis, X.ndim)
+    if math.prod(X.shape[axis:]) == 0:
+        # Nothing to normalize over: no mean or variance exists (onnxruntime refuses it too).
+        raise ValueError(
+            f"LayerNormalization needs X.shape[axis:] to hold at least one value, got {list(X.shape[axis:])}"
+        )
     axes = tuple(range(axis, X.ndim))
     work = X.astype(_stash_dtype(stash_type, X.dtype), copy=False)
     if xp is np and work.size and work.dtype == X.dtype:

@@ -67,3 +67,10 @@ class _Ctx:
     def __init__(self, n_outputs: int) -> None:
         self.n_outputs = n_outputs
         self.output_elem_types = (1, 1, 1)
+
+
+def test_layer_norm_over_an_empty_axis_is_refused_like_onnxruntime() -> None:
+    with pytest.raises(ValueError, match="at least one value"):
+        nn.layer_norm(np, np.zeros((3, 0), np.float32), np.ones(0, np.float32), None, axis=-1)
+    empty_rows = nn.layer_norm(np, np.zeros((0, 4), np.float32), np.ones(4, np.float32), None, axis=-1)
+    assert empty_rows.shape == (0, 4)
