@@ -121,6 +121,7 @@ def time_interleaved(
     progress: Callable[[int, float], None] | None = None,
     settle_s: float = 0.05,
     block: int = 1,
+    max_calls: int | None = None,
 ) -> dict[str, list[float]]:
     """Seconds per call for each contender, measured in alternating rounds.
 
@@ -134,8 +135,10 @@ def time_interleaved(
     spreads slow phases of the machine over both.
 
     Stops after ``repeat`` rounds, or once ``duration`` seconds have passed (and at least
-    ``min_repeat`` rounds ran); with both, whichever comes first. ``progress(rounds, elapsed)``
-    is called after each round.
+    ``min_repeat`` rounds ran); with both, whichever comes first. ``max_calls`` caps the timed
+    calls per contender (the last block is cut short), so that a caller asking for N runs gets
+    exactly N whatever block size suited the machine. ``progress(rounds, elapsed)`` is called
+    after each round.
     """
     if repeat is None and duration is None:
         raise ValueError("give repeat or duration")
@@ -155,7 +158,8 @@ def time_interleaved(
                 c.call()
                 while clock() < settle_end:
                     c.call()
-            for _ in range(block):
+            todo = block if max_calls is None else min(block, max_calls - len(times[c.name]))
+            for _ in range(todo):
                 t0 = clock()
                 c.call()
                 times[c.name].append(clock() - t0)
@@ -164,6 +168,8 @@ def time_interleaved(
         if progress is not None:
             progress(rounds, elapsed)
         if repeat is not None and rounds >= repeat:
+            break
+        if max_calls is not None and all(len(t) >= max_calls for t in times.values()):
             break
         if duration is not None and elapsed >= duration and rounds >= min_repeat:
             break

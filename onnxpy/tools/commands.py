@@ -254,6 +254,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         warmup=ns.warmup,
         progress=lambda r, e: bar.update(r if rounds is not None else e),
         block=block,
+        max_calls=repeat,
     )
     bar.close()
 

@@ -94,3 +94,16 @@ def test_time_interleaved_settles_then_times_blocks_in_alternating_order() -> No
     assert {k: len(v) for k, v in times.items()} == {"a": 6, "b": 6}
     # Round 1: a settles (1 call) and runs 3 timed calls, then b; round 2 starts with b.
     assert "".join(log) == "aaaa" + "bbbb" + "bbbb" + "aaaa"
+
+
+def test_time_interleaved_max_calls_cuts_the_last_block_short() -> None:
+    # `onnxpy bench --repeat 3` must report 3 runs whatever block size the machine's speed chose.
+    from onnxpy.tools.benchmark import Contender, time_interleaved
+
+    log: list[str] = []
+    a = Contender("a", None, 0.0, lambda: log.append("a"), [])
+    b = Contender("b", None, 0.0, lambda: log.append("b"), [])
+    times = time_interleaved([a, b], repeat=2, warmup=0, settle_s=0.0, block=2, max_calls=3)
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
+    # Round 2 settles with one call each, then times only the one call still owed.
+    assert "".join(log) == "aaa" + "bbb" + "bb" + "aa"
