@@ -1,5 +1,7 @@
 """onnx's backend node suite through InferenceSession. The known-failure list only shrinks:
-a listed case that passes fails the run until it is removed from known_failures.txt."""
+a listed case that passes fails the run until it is removed from known_failures.txt, except a
+case whose reason starts with "[chance]": its expected values were drawn at random, and a random
+output matches them now and then (Bernoulli over 10 values: about 1 run in 150)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ def test_node_case(name: str) -> None:
             run_case(case)
         except Exception:  # noqa: BLE001 - a listed failure is expected to fail
             pytest.xfail(KNOWN[name])
+        if KNOWN[name].startswith("[chance]"):
+            return  # a random draw that happened to match the recorded one
         pytest.fail(f"{name} passes now: remove it from known_failures.txt (reason was: {KNOWN[name]})")
     run_case(case)
 
