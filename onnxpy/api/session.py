@@ -545,6 +545,10 @@ class InferenceSession:
         if not isinstance(arr, np.ndarray):
             return np.asarray(arr)
         flags = arr.flags
+        if not flags.c_contiguous:
+            # A view in another layout (a transpose, a channels-last kernel result): callers of
+            # onnxruntime get C-contiguous arrays, and this copy is one they own.
+            return np.ascontiguousarray(arr)
         if flags.owndata and flags.writeable:
             return arr  # a fresh buffer: nobody else holds it
         # Never hand out a constant (read-only) or a view of the caller's own input.

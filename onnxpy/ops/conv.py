@@ -1,15 +1,18 @@
-"""Convolution kernels through BLAS: 1x1 as a plain GEMM, depthwise as shifted multiply-adds,
-everything else as im2col over a strided view followed by one batched GEMM per group."""
+"""Convolution kernels through BLAS: 1x1 as a plain GEMM, depthwise as shifted multiply-adds
+(channels-last on the CPU, ``_depthwise.py``), 3x3 through Winograd where it pays, everything
+else as im2col over a strided view followed by one batched GEMM per group."""
 
 from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ._compat import check_alloc
+from ._depthwise import depthwise_channels_last, is_channels_last, tiled_rows
 from ._spatial import geometry, pad_input, window_slices, windows_view
 from .registry import op
 
@@ -36,8 +39,12 @@ def conv_nd(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
     ctx: Any = None,
+    epilogue: Callable[[Any], Any] | None = None,
 ) -> Any:
-    """N-D convolution in the compute dtype (see ``compute_dtype``); the caller casts back."""
+    """N-D convolution in the compute dtype (see ``compute_dtype``); the caller casts back.
+
+    ``epilogue``, an in-place function such as a fused activation, is applied to the result;
+    the depthwise path applies it block by block while the output is still in cache."""
     if x.ndim < 3 or w.ndim != x.ndim:
         raise ValueError(
             f"Conv needs X of rank >= 3 and W of the same rank, got X {list(x.shape)} and W {list(w.shape)}"
@@ -59,13 +66,42 @@ def conv_nd(
     strides = list(strides) if strides else [1] * nd
     dilations = list(dilations) if dilations else [1] * nd
     begin, end, out = geometry(x.shape[2:], k, strides, dilations, pads, auto_pad)
-    ext = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
     # Pads and dilations size the padded copy and the output: check before allocating.
     check_alloc([n, c, *(s + b + e for s, b, e in zip(x.shape[2:], begin, end))], x.dtype, ctx, "Conv (padded input)")
     check_alloc([n, m, *out], x.dtype, ctx, "Conv (output)")
     cdt = compute_dtype(x.dtype)
     x = x.astype(cdt, copy=False)
     w = w.astype(cdt, copy=False)
+    o = math.prod(out)
+    bias = None if b is None else b.astype(cdt, copy=False)
+    if xp is np and o and nd == 2 and cg == 1 and mg == 1 and dilations == [1, 1] and any(kk > 1 for kk in k):
+        return depthwise_channels_last(x, w, bias, begin, out, strides, epilogue)
+    y = _conv_dispatch(xp, x, w, bias, begin, end, out, k, strides, dilations, group)
+    if epilogue is not None:
+        epilogue(y)
+    return y
+
+
+def _conv_dispatch(
+    xp: Any,
+    x: Any,
+    w: Any,
+    b: Any,
+    begin: list[int],
+    end: list[int],
+    out: list[int],
+    k: list[int],
+    strides: list[int],
+    dilations: list[int],
+    group: int,
+) -> Any:
+    """The convolution paths other than channels-last depthwise, in ``x``'s (compute) dtype."""
+    nd = len(k)
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    cg, mg = c // group, m // group
+    cdt = x.dtype
+    ext = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
     o = math.prod(out)
     if n == 0 or o == 0:
         y = xp.zeros((n, m, *out), dtype=cdt)
@@ -75,6 +111,17 @@ def conv_nd(
         if any(begin) or any(end) or any(s != 1 for s in strides):
             x = pad_input(xp, x, begin, end, out, ext, strides, 0)
             x = x[window_slices([0] * nd, dilations, strides, out)]
+        elif group == 1 and is_channels_last(x):
+            # Channels-last input (a depthwise result): Y^T = X^T W^T keeps the output
+            # channels-last too, and BLAS reads both operands in place.
+            yt = xp.matmul(x.reshape(n, c, o).transpose(0, 2, 1), tiled_rows(w, m, c, 1, cdt))  # (n, o, m)
+            if b is not None:
+                # As rows of r*m values: an inner loop of m (often 16-32) alone is slow.
+                r = max(1, 1024 // m)
+                while (n * o) % r:
+                    r -= 1
+                yt.reshape(-1, r * m)[...] += tiled_rows(b, m, 1, r, cdt)[0]
+            return yt.transpose(0, 2, 1).reshape(n, m, *out)
         if b is not None and group == 1 and cg < m:
             # Fewer input than output channels: append a row of ones to X and the bias as a
             # column of W, so the GEMM adds the bias. Copying the (smaller) input costs less than
@@ -87,12 +134,10 @@ def conv_nd(
         xs = x.reshape(n, group, cg, o)
         y = xp.matmul(w.reshape(group, mg, cg), xs).reshape(n, m, *out)
     elif nd == 2 and group == 1 and (tile := _winograd_tile(k, strides, dilations, c, m, out)):
-        bias = None if b is None else b.astype(cdt, copy=False)
-        return _winograd(xp, x, w, begin, out, tile, bias)
+        return _winograd(xp, x, w, begin, out, tile, b)
     elif nd == 2 and all(s == 1 for s in strides) and (cg > 1 or mg == 1):
         # Stride 1: each im2col row is one contiguous run of the padded input ("padded width").
-        bias = None if b is None else b.astype(cdt, copy=False)
-        return _conv2d_padded_width(xp, x, w, begin, end, out, dilations, group, bias)
+        return _conv2d_padded_width(xp, x, w, begin, end, out, dilations, group, b)
     else:
         xp_ = pad_input(xp, x, begin, end, out, ext, strides, 0)
         if cg == 1 and mg == 1:
@@ -104,7 +149,7 @@ def conv_nd(
         else:
             y = _im2col_gemm(xp, xp_, w, k, strides, dilations, out, group)
     if b is not None:
-        y += b.astype(cdt, copy=False).reshape((1, m) + (1,) * nd)
+        y += b.reshape((1, m) + (1,) * nd)
     return y
 
 

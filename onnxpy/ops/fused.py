@@ -8,6 +8,7 @@ Gemm / MatMul + bias with activation. Activations are applied in place on the fr
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,10 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
     raise ValueError(f"unknown fused activation '{activation}'")
 
 
+# Activations apply_activation computes in place on any array (and so on any block of one).
+_IN_PLACE_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Clip", "Tanh", "HardSigmoid", "HardSwish"})
+
+
 @op("FusedConv", 1, domain=DOMAIN)
 def fused_conv(
     xp: Any,
@@ -68,6 +73,15 @@ def fused_conv(
     activation_params: list[float] | None = None,
     ctx: Any = None,
 ) -> Any:
+    params = activation_params or []
+    epilogue: Callable[[Any], None] | None = None
+    if Z is None and activation in _IN_PLACE_ACTIVATIONS:
+        # Applied by the kernel, on blocks of the output while they are in cache where it can.
+        def activate(block: Any) -> None:
+            apply_activation(xp, block, activation, params)
+
+        epilogue = activate
+
     y = conv_nd(
         xp,
         X,
@@ -80,13 +94,16 @@ def fused_conv(
         pads=pads,
         strides=strides,
         ctx=ctx,
+        epilogue=epilogue,
     )
+    if epilogue is not None:
+        return y
     if Z is not None:
         if Z.shape == y.shape:
             y += Z
         else:
             y = y + Z  # the residual broadcasts to a larger shape: a new array
-    return apply_activation(xp, y, activation, activation_params or [])
+    return apply_activation(xp, y, activation, params)
 
 
 @op("ChannelAffine", 1, domain=DOMAIN)

@@ -371,7 +371,8 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
     assert conv_mod._winograd_tile([3, 3], [2, 2], [1, 1], 256, 256, [7, 7]) == 0
     calls: list[str] = []
     originals = {
-        name: getattr(conv_mod, name) for name in ("_winograd", "_conv2d_padded_width", "_im2col_gemm", "_depthwise")
+        name: getattr(conv_mod, name)
+        for name in ("_winograd", "_conv2d_padded_width", "_im2col_gemm", "_depthwise", "depthwise_channels_last")
     }
 
     def spy(name: str) -> Any:
@@ -392,10 +393,21 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), strides=[2, 2])
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, strides=[2, 2])
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, pads=[1, 1, 1, 1])
+        dw = rng.standard_normal((64, 1, 3, 3)).astype(np.float32)
+        conv_mod.conv_nd(np, x, dw, group=64, dilations=[2, 2], strides=[2, 2])  # dilated: NCHW paths
+        conv_mod.conv_nd(np, x, dw, group=64, dilations=[2, 2], pads=[2, 2, 2, 2])
     finally:
         for name, fn in originals.items():
             setattr(conv_mod, name, fn)
-    assert calls == ["_winograd", "_conv2d_padded_width", "_im2col_gemm", "_depthwise", "_conv2d_padded_width"]
+    assert calls == [
+        "_winograd",
+        "_conv2d_padded_width",
+        "_im2col_gemm",
+        "depthwise_channels_last",
+        "depthwise_channels_last",
+        "_depthwise",
+        "_conv2d_padded_width",
+    ]
 
 
 def test_bias_augmented_weights_follow_changes_to_writable_weights() -> None:

@@ -1,0 +1,133 @@
+"""Depthwise 2-D convolution computed in channels-last memory, on the CPU.
+
+Depthwise layers (one input channel per output channel) do only kh*kw multiply-adds per output,
+so their cost is the number and length of numpy passes, not arithmetic. In NCHW memory a
+per-channel weight splits every pass into inner loops one row (W values) long; in channels-last
+memory (N, H, W, C) a whole output row, W*C values, is one contiguous run, and a weight row tiled
+W times to match it makes every tap a multiply over whole rows. All taps of a plane are one
+strided view, so one ``einsum`` does the multiply-adds: a single fused pass, about twice as fast
+as a multiply and an add per tap (measured: 384x14x14 146 vs 268 us, 32x112x112 722 vs 1454).
+
+The input is copied once, channels-last with its zero padding; the taps are strided views of
+that copy, at any stride.
+
+The result is an NCHW-shaped view of channels-last memory. Numpy kernels accept any strides, and
+the 1x1 convolution (``conv.py``) keeps such inputs channels-last, so a MobileNet-style chain
+(1x1 expand, depthwise, 1x1 project, residual add) stays channels-last without transposing.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+# Output values per block for the bias and activation passes (128 KiB of float32: in L2).
+_BLOCK_VALUES = 32768
+
+_TILED: dict[tuple[int, int, int, int, str], tuple[Any, np.ndarray]] = {}
+
+
+def is_channels_last(x: Any) -> bool:
+    """True for a 4-D numpy array whose channel axis is the contiguous one (C > 1)."""
+    return (
+        isinstance(x, np.ndarray)
+        and x.ndim == 4
+        and x.shape[1] > 1
+        and x.strides[1] == x.itemsize
+        and x.strides[3] == x.shape[1] * x.itemsize
+        and x.strides[2] == x.shape[3] * x.strides[3]
+    )
+
+
+def tiled_rows(v: np.ndarray, rows: int, cols: int, width: int, dtype: np.dtype) -> np.ndarray:
+    """``v`` as (rows, cols) transposed to (cols, rows), each row tiled ``width`` times:
+    (cols, width * rows). Cached while ``v`` (a constant weight or bias) is alive and
+    read-only. With width 1 it is a contiguous transpose (W^T of a 1x1 convolution)."""
+    key = (id(v), rows, cols, width, np.dtype(dtype).str)
+    hit = _TILED.get(key)
+    if hit is not None and hit[0]() is v:
+        return hit[1]
+    per_tap = v.reshape(rows, cols).T.astype(dtype, copy=False)  # (cols, rows)
+    tiled = np.empty((cols, width, rows), dtype=dtype)
+    tiled[...] = per_tap[:, None, :]
+    tiled = tiled.reshape(cols, width * rows)
+    if not v.flags.writeable:
+        try:
+            ref = weakref.ref(v)
+        except TypeError:
+            return tiled
+        _TILED[key] = (ref, tiled)
+        weakref.finalize(v, _TILED.pop, key, None)
+    return tiled
+
+
+def _padded(x: np.ndarray, begin: list[int], shape: tuple[int, int]) -> np.ndarray:
+    """One image ``x`` (C, H, W), any layout, copied channels-last into a zero-bordered
+    (rows, cols, C) buffer at offset ``begin``, cropped to ``shape``."""
+    c, h, w = x.shape
+    rows, cols = shape
+    # Padding can exceed what the windows read: clamp, so that slices of x never go negative.
+    r1, q1 = max(begin[0], min(rows, begin[0] + h)), max(begin[1], min(cols, begin[1] + w))
+    p = np.empty((rows, cols, c), dtype=x.dtype)
+    p[: begin[0]] = 0
+    p[r1:] = 0
+    p[begin[0] : r1, : begin[1]] = 0
+    p[begin[0] : r1, q1:] = 0
+    p[begin[0] : r1, begin[1] : q1] = x[:, : r1 - begin[0], : q1 - begin[1]].transpose(1, 2, 0)
+    return p
+
+
+def depthwise_channels_last(
+    x: np.ndarray,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    begin: list[int],
+    out: list[int],
+    strides: list[int],
+    epilogue: Callable[[np.ndarray], Any] | None = None,
+) -> np.ndarray:
+    """Depthwise convolution (W of shape (C, 1, kh, kw), dilation 1) of ``x`` (N, C, H, W) in
+    ``x``'s dtype; returns (N, C, oh, ow) laid out channels-last. ``epilogue`` (an in-place
+    activation) is applied to each block of output rows right after its bias."""
+    n, c = x.shape[:2]
+    kh, kw = w.shape[2:]
+    sh, sw = strides
+    oh, ow = out
+    rows, cols = sh * (oh - 1) + kh, sw * (ow - 1) + kw  # the padded input the windows read
+    row = ow * c
+    # (kh, kw, ow*c): each tap's weights, one per channel, tiled along an output row.
+    weights = tiled_rows(w, c, kh * kw, ow, x.dtype).reshape(kh, kw, row)
+    shift = None if bias is None else tiled_rows(bias, c, 1, ow, x.dtype)[0]
+    item = x.itemsize
+    y = np.empty((n, oh, ow, c), dtype=x.dtype)
+    for i in range(n):
+        p = _padded(x[i], begin, (rows, cols))
+        yi = y[i].reshape(oh, row)
+        # All taps as one strided view of the padded image, summed by one einsum: a fused
+        # multiply-add pass. At stride 1 a tap's output row is one run of ow*c values.
+        if sw == 1:
+            taps = np.lib.stride_tricks.as_strided(
+                p, (kh, kw, oh, row), (cols * c * item, c * item, sh * cols * c * item, item), writeable=False
+            )
+            np.einsum("uvrl,uvl->rl", taps, weights, out=yi)
+        else:
+            taps = np.lib.stride_tricks.as_strided(
+                p,
+                (kh, kw, oh, ow, c),
+                (cols * c * item, c * item, sh * cols * c * item, sw * c * item, item),
+                writeable=False,
+            )
+            np.einsum("uvrqc,uvqc->rqc", taps, weights.reshape(kh, kw, ow, c), out=yi.reshape(oh, ow, c))
+        if shift is not None or epilogue is not None:
+            # Bias and activation per block of rows, while the block is in cache.
+            step = max(1, _BLOCK_VALUES // row)
+            for r0 in range(0, oh, step):
+                block = yi[r0 : r0 + step]
+                if shift is not None:
+                    block += shift
+                if epilogue is not None:
+                    epilogue(block)
+    return y.transpose(0, 3, 1, 2)
