@@ -18,6 +18,33 @@ LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 DEMO_MODEL = REPO / "onnxpy" / "data" / "demo.onnx"
 
 
+def python_lines_run(fn: Any) -> tuple[Any, int]:
+    """(fn(), the number of Python lines executed while it ran): a deterministic measure of
+    interpreter-level work. A per-element (or per-pixel, per-sample) Python loop runs millions
+    of lines where a vectorized kernel runs a few thousand, whatever the machine's speed, so
+    tests bound this count instead of asserting a wall-clock time."""
+    import sys
+    import threading
+
+    count = 0
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        if event == "line":
+            count += 1
+        return tracer
+
+    previous = sys.gettrace()
+    threading.settrace(tracer)
+    sys.settrace(tracer)
+    try:
+        result = fn()
+    finally:
+        sys.settrace(previous)
+        threading.settrace(previous)  # type: ignore[arg-type]
+    return result, count
+
+
 def light_models() -> list[Path]:
     return [Path(p) for p in sorted(glob.glob(str(LIGHT_DIR / "*.onnx")))]
 

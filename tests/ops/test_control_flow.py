@@ -3,7 +3,6 @@ of branches, loop modes, empty loops, scan axes and directions, and the per-iter
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -14,6 +13,7 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 
 import onnxpy
+from tests.helpers import python_lines_run
 
 F = TP.FLOAT
 
@@ -282,7 +282,9 @@ def test_nested_loops() -> None:
     )
 
 
-def test_loop_of_a_thousand_tiny_iterations_is_fast() -> None:
+def test_loop_of_a_thousand_tiny_iterations_has_bounded_overhead() -> None:
+    """Per-iteration overhead, counted in interpreter lines (deterministic, unlike a timing):
+    about 160 per iteration today; the bound catches per-element work or a heavier dispatch."""
     m = model(
         [oh.make_node("Loop", ["M", "", "acc0"], ["acc", "scans"], body=_counting_body())],
         [vi("M", TP.INT64, []), vi("acc0", F, [2]), vi("x", F, [2])],
@@ -291,12 +293,10 @@ def test_loop_of_a_thousand_tiny_iterations_is_fast() -> None:
     sess = onnxpy.InferenceSession(m.SerializeToString())
     feeds = {"M": np.array(1000, np.int64), "acc0": np.zeros(2, np.float32), "x": np.ones(2, np.float32)}
     sess.run(None, feeds)
-    t0 = time.perf_counter()
-    acc, scans = sess.run(None, feeds)
-    took = time.perf_counter() - t0
+    (acc, scans), lines = python_lines_run(lambda: sess.run(None, feeds))
     np.testing.assert_array_equal(acc, [1000, 1000])
     assert scans.shape == (1000, 2)
-    assert took < 0.5, f"1000 iterations took {took:.3f}s"
+    assert lines < 400 * 1000, f"1000 iterations ran {lines} Python lines"
 
 
 # -- Scan -------------------------------------------------------------------------------------
