@@ -8,6 +8,7 @@ from . import (  # noqa: F401 - importing registers the kernels
     device,
     elementwise,
     fused,
+    fused_attention,
     indexing,
     math,
     ml,

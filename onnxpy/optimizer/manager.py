@@ -15,6 +15,7 @@ from .passes import (
     fold_batchnorm,
     fold_relu_floor,
     fuse_activation,
+    fuse_attention,
     fuse_patterns,
     memoize_shapes,
 )
@@ -24,7 +25,13 @@ Pass = Callable[[Graph], bool]
 # Like onnxruntime's levels: basic = semantics-preserving cleanups, extended = fusions into
 # onnxpy's own fused kernels, layout = nothing yet.
 BASIC: list[Pass] = [constant_folding.run, eliminate.run]
-EXTENDED: list[Pass] = [fold_batchnorm.run, fuse_activation.run, fold_relu_floor.run, fuse_patterns.run]
+EXTENDED: list[Pass] = [
+    fold_batchnorm.run,
+    fuse_activation.run,
+    fold_relu_floor.run,
+    fuse_patterns.run,
+    fuse_attention.run,
+]
 LAYOUT: list[Pass] = []
 # Run once at the end (extended level, host sessions): they wrap what the others left.
 FINAL_HOST: list[Pass] = [memoize_shapes.run]

@@ -1,0 +1,67 @@
+"""Multi-head scaled dot-product attention as one step (onnxpy.fused.Attention).
+
+``optimizer/passes/fuse_attention.py`` replaces the nodes exporters write for one attention
+(per-head Reshape/Transpose of Q, K and V, the scales, Q K^T, the mask, Softmax, the NaN guard
+and the product with V) by this kernel. It runs the same computation with the same kernels
+(Reshape semantics, Softmax), with the heads as strided views and the scales folded into one
+multiply of Q: one step instead of up to 14, and fewer passes over the scores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._compat import host_ints
+from .nn import _softmax
+from .registry import op
+from .tensor import _reshape_target
+
+DOMAIN = "onnxpy.fused"
+
+
+def _heads(x: Any, shape: Any, what: str) -> Any:
+    """``x`` reshaped to the 4-D (batch, seq, heads, head_size) the exporter's Reshape asked for."""
+    target = _reshape_target(x.shape, host_ints(shape), 0)
+    y = x.reshape(target)
+    if y.ndim != 4:
+        raise ValueError(
+            f"Attention: {what} reshaped to {list(y.shape)}, expected 4 dimensions (batch, seq, heads, size)"
+        )
+    return y
+
+
+@op("Attention", 1, domain=DOMAIN, host_inputs=(3, 4, 5))
+def attention(
+    xp: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    query_shape: Any,
+    key_shape: Any,
+    value_shape: Any,
+    bias: Any = None,
+    *,
+    scale: float = 1.0,
+    nan_to_zero: int = 0,
+    nan_value: float = 0.0,
+) -> Any:
+    """softmax(Q K^T * scale + bias) V per head, Q/K/V given as (batch, seq, hidden) and split
+    into heads by the shapes their Reshapes had; returns (batch, heads, seq, size).
+
+    ``nan_to_zero`` replaces NaN probabilities (rows where the mask hides every key) by
+    ``nan_value``, as the graph's IsNaN/Where guard did."""
+    q = _heads(query, query_shape, "query").transpose(0, 2, 1, 3)
+    k = _heads(key, key_shape, "key").transpose(0, 2, 3, 1)
+    v = _heads(value, value_shape, "value").transpose(0, 2, 1, 3)
+    scores = xp.matmul(q * q.dtype.type(scale), k)
+    if bias is not None:
+        if np.broadcast_shapes(scores.shape, bias.shape) == scores.shape:
+            scores += bias
+        else:
+            scores = scores + bias  # the mask broadcasts to a larger shape: a new array
+    probs = _softmax(xp, scores, scores.ndim - 1, False)
+    if nan_to_zero and bool(xp.isnan(probs.sum())):  # one fast reduction finds any NaN
+        xp.copyto(probs, probs.dtype.type(nan_value), where=xp.isnan(probs))
+    return xp.matmul(probs, v)

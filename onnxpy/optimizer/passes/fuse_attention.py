@@ -1,0 +1,204 @@
+"""Multi-head attention as exporters write it -> onnxpy.fused.Attention (one step).
+
+The pattern, matched from each Softmax over the last axis:
+
+    Q = Transpose<0,2,1,3>(Reshape(q, sq)) [* c]      K = Transpose<0,2,3,1>(Reshape(k, sk)) [* c]
+    S = MatMul(Q, K) [* or / scalar] [+ mask]
+    P = Softmax(S, axis=-1) [-> Where(IsNaN(P), constant, P)]
+    O = MatMul(P, V)        V = Transpose<0,2,1,3>(Reshape(v, sv))
+
+O, the per-head context (batch, heads, seq, size), is the fused node's output: how exporters
+merge the heads afterwards varies, and they often read O's shape to do it.
+
+Every intermediate must be read by the pattern alone (and not be a graph output), except that
+Shape nodes may read the per-head tensors (those Reshape/Transpose views then stay), the Reshapes
+must not use allowzero, and q, k, v must be float32 or float64 (or of unknown type: a Softmax
+reads them, so they are floats). The shape inputs stay inputs of the fused
+node (they are computed from the run's shapes), so any batch and sequence length works; the
+scalar factors combine into one ``scale`` applied to Q.
+"""
+
+from __future__ import annotations
+
+from ...ir.graph import Graph, Node
+from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant, scalar_value
+
+_HEADS = [0, 2, 1, 3]  # (batch, seq, heads, size) <-> (batch, heads, seq, size)
+_KEYS_T = [0, 2, 3, 1]  # (batch, seq, heads, size) -> (batch, heads, size, seq)
+
+
+def _plain(node: Node | None, op: str) -> bool:
+    return node is not None and not node.domain and node.op_type == op
+
+
+def _sole(uses: Uses, name: str, node: Node | None) -> bool:
+    """``name`` is read by ``node`` and nothing else."""
+    return node is not None and uses.only_reader(name) is node
+
+
+def _shape_readers(uses: Uses, name: str, node: Node) -> bool | None:
+    """None when ``name`` has readers besides ``node`` that are not Shape nodes (or is a graph
+    output); else whether Shape nodes read it too (exporters take the head sizes from the
+    split tensors: such a node must stay, for its Shape readers)."""
+    readers = uses.readers_of(name)
+    if node not in readers or name in uses.graph_outputs:
+        return None
+    others = [r for r in readers if r is not node]
+    if any(not _plain(r, "Shape") for r in others):
+        return None
+    return bool(others)
+
+
+def _scalar_factor(graph: Graph, node: Node, x: str) -> float | None:
+    """The factor a Mul or Div by a scalar constant applies to ``x``; None otherwise."""
+    if len(node.inputs) != 2 or x not in node.inputs:
+        return None
+    other = node.inputs[1] if node.inputs[0] == x else node.inputs[0]
+    value = scalar_value(constant(graph, other))
+    if value is None:
+        return None
+    if node.op_type == "Mul":
+        return value
+    if node.op_type == "Div" and node.inputs[0] == x and value != 0:
+        return 1.0 / value
+    return None
+
+
+def _split_heads(
+    graph: Graph, uses: Uses, name: str, reader: Node, perm: list[int], nodes: list[Node], keep: set[int]
+) -> tuple[str, str, float] | None:
+    """(projection, its Reshape shape, scale) when ``name``, read by ``reader`` (and Shape
+    nodes), is [scale *] Transpose<perm>(Reshape(projection)). The matched nodes go to
+    ``nodes``; the ids of those that must stay for Shape readers (and what feeds them) to
+    ``keep``."""
+    chain: list[tuple[Node, bool]] = []  # (node, its output has Shape readers)
+    scale = 1.0
+    shapes = _shape_readers(uses, name, reader)
+    node = uses.producer.get(name)
+    if shapes is None or node is None:
+        return None
+    if _plain(node, "Mul") or _plain(node, "Div"):
+        inner = next((i for i in node.inputs if _plain(uses.producer.get(i), "Transpose")), None)
+        factor = None if inner is None else _scalar_factor(graph, node, inner)
+        inner_shapes = None if inner is None else _shape_readers(uses, inner, node)
+        if inner is None or factor is None or inner_shapes is None:
+            return None
+        chain.append((node, shapes))
+        scale, name, node, shapes = factor, inner, uses.producer.get(inner), inner_shapes
+    if node is None or not _plain(node, "Transpose") or list(node.attrs.get("perm", [])) != perm:
+        return None
+    reshape = uses.producer.get(node.inputs[0])
+    if reshape is None or not _plain(reshape, "Reshape") or reshape.attrs.get("allowzero", 0):
+        return None
+    reshape_shapes = _shape_readers(uses, node.inputs[0], node)
+    if reshape_shapes is None or graph.elem_type(reshape.inputs[0]) not in (1, 11, None):
+        return None
+    chain += [(node, shapes), (reshape, reshape_shapes)]
+    # A node kept for its Shape readers keeps the nodes upstream of it as well.
+    kept = False
+    for n, read_by_shape in chain:
+        kept = kept or read_by_shape
+        nodes.append(n)
+        if kept:
+            keep.add(id(n))
+    return reshape.inputs[0], reshape.inputs[1], scale
+
+
+def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] | None:
+    """(the fused node, the nodes it replaces) for the attention around ``softmax``."""
+    axis = int(softmax.attrs.get("axis", -1 if softmax.opset >= 13 else 1))
+    rank = len(graph.shape(softmax.inputs[0]) or [])
+    if axis != -1 and not (rank == 4 and axis == 3):
+        return None
+    nodes: list[Node] = [softmax]
+    # Upwards: [+ mask] [* or / scalar] MatMul(Q, K).
+    scores, bias, scale = softmax.inputs[0], "", 1.0
+    node = uses.producer.get(scores)
+    if _plain(node, "Add") and _sole(uses, scores, softmax):
+        assert node is not None
+        mm = next((i for i in node.inputs if _plain(uses.producer.get(i), "MatMul") or _scaled(uses, i)), None)
+        if mm is None or node.inputs.count(mm) != 1:
+            return None
+        bias = node.inputs[1] if node.inputs[0] == mm else node.inputs[0]
+        nodes.append(node)
+        reader, scores, node = node, mm, uses.producer.get(mm)
+    else:
+        reader = softmax
+    if (_plain(node, "Mul") or _plain(node, "Div")) and _sole(uses, scores, reader):
+        assert node is not None
+        inner = node.inputs[0]
+        factor = _scalar_factor(graph, node, inner) if _plain(uses.producer.get(inner), "MatMul") else None
+        if factor is None:
+            return None
+        nodes.append(node)
+        scale, reader, scores, node = factor, node, inner, uses.producer.get(inner)
+    if not _plain(node, "MatMul") or not _sole(uses, scores, reader):
+        return None
+    assert node is not None
+    nodes.append(node)
+    keep: set[int] = set()
+    q = _split_heads(graph, uses, node.inputs[0], node, _HEADS, nodes, keep)
+    k = _split_heads(graph, uses, node.inputs[1], node, _KEYS_T, nodes, keep)
+    if q is None or k is None:
+        return None
+    # Downwards: [NaN guard] MatMul(P, V) [Reshape] Transpose Reshape.
+    probs = softmax.outputs[0]
+    if probs in uses.graph_outputs:
+        return None
+    nan_to_zero, nan_value = 0, 0.0
+    readers = uses.readers_of(probs)
+    isnan = next((r for r in readers if _plain(r, "IsNaN")), None)
+    if isnan is not None:
+        where = uses.only_reader(isnan.outputs[0])
+        if len(readers) != 2 or not _plain(where, "Where") or where not in readers:
+            return None
+        assert where is not None
+        fill = scalar_value(constant(graph, where.inputs[1]))
+        if where.inputs[0] != isnan.outputs[0] or where.inputs[2] != probs or fill is None:
+            return None
+        nodes += [isnan, where]
+        nan_to_zero, nan_value, probs = 1, fill, where.outputs[0]
+    mm2 = uses.only_reader(probs)
+    if not _plain(mm2, "MatMul") or mm2.inputs[0] != probs:
+        return None
+    assert mm2 is not None
+    nodes.append(mm2)
+    v = _split_heads(graph, uses, mm2.inputs[1], mm2, _HEADS, nodes, keep)
+    if v is None or v[2] != 1.0:
+        return None
+    total = scale * q[2] * k[2]
+    fused = Node(
+        "Attention",
+        [q[0], k[0], v[0], q[1], k[1], v[1], bias],
+        [mm2.outputs[0]],
+        {"scale": float(total), "nan_to_zero": nan_to_zero, "nan_value": float(nan_value)},
+        softmax.name or "attention",
+        FUSED_DOMAIN,
+        1,
+    )
+    return fused, [n for n in nodes if id(n) not in keep]
+
+
+def _scaled(uses: Uses, name: str) -> bool:
+    """``name`` is a Mul/Div of a MatMul result (the scale written before the mask)."""
+    node = uses.producer.get(name)
+    return (
+        (_plain(node, "Mul") or _plain(node, "Div"))
+        and node is not None
+        and _plain(uses.producer.get(node.inputs[0]), "MatMul")
+    )
+
+
+def run(graph: Graph) -> bool:
+    sweep = Sweep(graph)
+    for node in list(graph.nodes):
+        if not _plain(node, "Softmax") or not sweep.fresh(node):
+            continue
+        m = _match(graph, sweep.uses, node)
+        if m is None or not sweep.fresh(*m[1]):
+            continue
+        fused, dead = m
+        tail = next(d for d in dead if d.outputs == fused.outputs)  # MatMul(P, V): the fused node takes its place
+        sweep.replace(tail, fused)
+        sweep.remove(*[d for d in dead if d is not tail])
+    return sweep.finish()

@@ -1,0 +1,168 @@
+"""optimizer/passes/fuse_attention.py and its kernel (ops/fused_attention.py): the exported
+attention patterns fuse into one node, the fused graph gives the unfused graph's (and
+onnxruntime's) numbers, and near misses stay unfused."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxpy
+from onnxpy.optimizer.manager import optimize
+from onnxpy.runtime.compile import build_graph
+from tests.helpers import make_model, vinfo
+
+HEADS, SIZE = 2, 4
+F = TensorProto.FLOAT
+
+
+def _split(name: str, perm: list[int], shape: str = "heads_shape", allowzero: int = 0) -> list[onnx.NodeProto]:
+    return [
+        helper.make_node("Reshape", [name, shape], [f"{name}_r"], allowzero=allowzero),
+        helper.make_node("Transpose", [f"{name}_r"], [f"{name}_h"], perm=perm),
+    ]
+
+
+def _attention_model(
+    style: str, *, mask: bool = True, guard: bool = False, shape_readers: bool = False, **variant: Any
+) -> onnx.ModelProto:
+    """q, k, v (batch, seq, heads*size) -> per-head context merged back to (batch, seq, hidden).
+
+    style "sdpa": sqrt(scale) on Q and K heads before the product (torch's SDPA export);
+    style "hf": the product divided by sqrt(size) (the classic BERT export)."""
+    allowzero = variant.get("allowzero", 0)
+    nodes = _split("q", [0, 2, 1, 3], "q_shape" if allowzero else "heads_shape", allowzero)
+    nodes += _split("k", [0, 2, 3, 1]) + _split("v", [0, 2, 1, 3])
+    inits: dict[str, np.ndarray] = {
+        "heads_shape": np.array([0, 0, HEADS, SIZE], np.int64),
+        "merged_shape": np.array([0, 0, HEADS * SIZE], np.int64),
+    }
+    if allowzero:  # allowzero takes 0 literally: an explicit shape for the (2, 5) feeds
+        inits["q_shape"] = np.array([2, 5, HEADS, SIZE], np.int64)
+    q, k = "q_h", "k_h"
+    if style == "sdpa":
+        inits["root_scale"] = np.array(SIZE**-0.25, np.float32)
+        inits["q_scale"] = np.asarray(variant.get("q_scale", SIZE**-0.25), np.float32)
+        nodes += [
+            helper.make_node("Mul", ["q_h", "q_scale"], ["q_s"]),
+            helper.make_node("Mul", ["root_scale", "k_h"], ["k_s"]),  # constant first: either order
+        ]
+        q, k = "q_s", "k_s"
+    nodes.append(helper.make_node("MatMul", [q, k], ["scores"]))
+    scores = "scores"
+    if style == "hf":
+        inits["root_size"] = np.array(np.sqrt(SIZE), np.float32)
+        nodes.append(helper.make_node("Div", ["scores", "root_size"], ["scores_d"]))
+        scores = "scores_d"
+    if mask:
+        nodes.append(helper.make_node("Add", [scores, "mask"], ["scores_m"]))
+        scores = "scores_m"
+    nodes.append(helper.make_node("Softmax", [scores], ["probs"], axis=variant.get("axis", -1)))
+    probs = "probs"
+    if guard:
+        inits["zero"] = np.array(0.0, np.float32)
+        nodes += [
+            helper.make_node("IsNaN", ["probs"], ["nan"]),
+            helper.make_node("Where", ["nan", "zero", "probs"], ["probs_g"]),
+        ]
+        probs = "probs_g"
+    nodes += [
+        helper.make_node("MatMul", [probs, "v_h"], ["context"]),
+        helper.make_node("Transpose", ["context"], ["context_t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["context_t", "merged_shape"], ["y"]),
+    ]
+    outputs = [vinfo("y", F, ["b", "s", HEADS * SIZE])]
+    if shape_readers:  # exporters read the head sizes off the split tensors and the context
+        nodes += [helper.make_node("Shape", [t], [f"{t}_shape"]) for t in ("q_h", "v_h", "context")]
+        outputs += [vinfo(f"{t}_shape", TensorProto.INT64, [4]) for t in ("q_h", "v_h", "context")]
+    if variant.get("scores_output"):
+        outputs.append(vinfo("scores", F, None))
+    inputs = [vinfo(n, F, ["b", "s", HEADS * SIZE]) for n in ("q", "k", "v")]
+    if mask:
+        inputs.append(vinfo("mask", F, ["b", 1, 1, "s"]))
+    return make_model(nodes, inputs, outputs, initializers=inits)
+
+
+def _feeds(model: onnx.ModelProto, batch: int = 2, seq: int = 5, hide_row: bool = False) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(batch * 10 + seq)
+    feeds = {n: rng.standard_normal((batch, seq, HEADS * SIZE)).astype(np.float32) for n in ("q", "k", "v")}
+    if any(i.name == "mask" for i in model.graph.input):
+        mask = np.zeros((batch, 1, 1, seq), np.float32)
+        mask[0, ..., seq // 2 :] = -np.inf  # padding keys of the first sequence
+        if hide_row:
+            mask[-1] = -np.inf  # every key hidden: Softmax gives NaN, the guard zeros it
+        feeds["mask"] = mask
+    return feeds
+
+
+def _fused_ops(model: onnx.ModelProto) -> dict[str, int]:
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    return dict(collections.Counter(n.op_type for n in graph.nodes))
+
+
+def _check_numbers(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    plain_opts = onnxpy.SessionOptions()
+    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    data = model.SerializeToString()
+    plain = onnxpy.InferenceSession(data, plain_opts).run(None, feeds)
+    fused = onnxpy.InferenceSession(data).run(None, feeds)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for f, p, w in zip(fused, plain, want):
+        np.testing.assert_allclose(f, p, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(f, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("style", ["sdpa", "hf", "plain"])
+@pytest.mark.parametrize("mask", [True, False])
+def test_attention_patterns_fuse_into_one_node(style: str, mask: bool) -> None:
+    model = _attention_model(style, mask=mask)
+    ops = _fused_ops(model)
+    assert ops.get("Attention") == 1
+    assert not {"Softmax", "MatMul", "Mul", "Div", "Add"} & set(ops)
+    for batch, seq in ((2, 5), (1, 1), (3, 8)):
+        _check_numbers(model, _feeds(model, batch, seq))
+
+
+def test_nan_guard_and_shape_readers_fuse_and_keep_the_views_shape_reads() -> None:
+    model = _attention_model("sdpa", guard=True, shape_readers=True)
+    ops = _fused_ops(model)
+    assert ops.get("Attention") == 1 and "IsNaN" not in ops and "Where" not in ops
+    # Q's and V's Reshape/Transpose stay for their Shape readers; K's go.
+    assert ops["Transpose"] == 3 and ops["Reshape"] == 3
+    feeds = _feeds(model, 3, 6, hide_row=True)
+    _check_numbers(model, feeds)
+    (y, *_), fully_hidden = onnxpy.InferenceSession(model.SerializeToString()).run(None, feeds), 2
+    assert np.all(y[fully_hidden] == 0)  # the guard's zeros, not NaN
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"axis": 1},  # Softmax over the heads, not the keys
+        {"allowzero": 1},
+        {"scores_output": True},  # an intermediate the caller fetches
+        {"q_scale": np.linspace(0.3, 0.7, SIZE, dtype=np.float32)},  # per feature, not a scalar
+    ],
+    ids=["softmax-axis", "allowzero", "scores-fetched", "vector-scale"],
+)
+def test_near_misses_stay_unfused(variant: dict[str, Any]) -> None:
+    model = _attention_model("sdpa", **variant)
+    assert "Attention" not in _fused_ops(model)
+    _check_numbers(model, _feeds(model))
+
+
+def test_bad_head_shape_names_the_input() -> None:
+    model = _attention_model("hf", mask=False)
+    for init in model.graph.initializer:
+        if init.name == "heads_shape":
+            init.CopyFrom(onnx.numpy_helper.from_array(np.array([0, 0, HEADS * SIZE], np.int64), "heads_shape"))
+    feeds = _feeds(model)
+    with pytest.raises(Exception, match="query reshaped to \\[2, 5, 8\\], expected 4 dimensions"):
+        onnxpy.InferenceSession(model.SerializeToString()).run(None, feeds)
