@@ -18,16 +18,15 @@ the 1x1 convolution (``conv.py``) keeps such inputs channels-last, so a MobileNe
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ._derived import derived
+
 # Output values per block for the bias and activation passes (128 KiB of float32: in L2).
 _BLOCK_VALUES = 32768
-
-_TILED: dict[tuple[int, int, int, int, str], tuple[Any, np.ndarray]] = {}
 
 
 def is_channels_last(x: Any) -> bool:
@@ -44,24 +43,16 @@ def is_channels_last(x: Any) -> bool:
 
 def tiled_rows(v: np.ndarray, rows: int, cols: int, width: int, dtype: np.dtype) -> np.ndarray:
     """``v`` as (rows, cols) transposed to (cols, rows), each row tiled ``width`` times:
-    (cols, width * rows). Cached while ``v`` (a constant weight or bias) is alive and
-    read-only. With width 1 it is a contiguous transpose (W^T of a 1x1 convolution)."""
-    key = (id(v), rows, cols, width, np.dtype(dtype).str)
-    hit = _TILED.get(key)
-    if hit is not None and hit[0]() is v:
-        return hit[1]
-    per_tap = v.reshape(rows, cols).T.astype(dtype, copy=False)  # (cols, rows)
-    tiled = np.empty((cols, width, rows), dtype=dtype)
-    tiled[...] = per_tap[:, None, :]
-    tiled = tiled.reshape(cols, width * rows)
-    if not v.flags.writeable:
-        try:
-            ref = weakref.ref(v)
-        except TypeError:
-            return tiled
-        _TILED[key] = (ref, tiled)
-        weakref.finalize(v, _TILED.pop, key, None)
-    return tiled
+    (cols, width * rows). Cached for a read-only (constant) ``v``. With width 1 it is a
+    contiguous transpose (W^T of a 1x1 convolution)."""
+
+    def build() -> np.ndarray:
+        per_tap = v.reshape(rows, cols).T.astype(dtype, copy=False)  # (cols, rows)
+        tiled = np.empty((cols, width, rows), dtype=dtype)
+        tiled[...] = per_tap[:, None, :]
+        return tiled.reshape(cols, width * rows)
+
+    return derived((v,), ("tiled-rows", rows, cols, width, np.dtype(dtype).str), build)
 
 
 def _padded(x: np.ndarray, begin: list[int], shape: tuple[int, int]) -> np.ndarray:

@@ -5,7 +5,6 @@ else as im2col over a strided view followed by one batched GEMM per group."""
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +12,7 @@ import numpy as np
 
 from ._compat import check_alloc
 from ._depthwise import depthwise_channels_last, is_channels_last, tiled_rows
+from ._derived import derived
 from ._spatial import geometry, pad_input, window_slices, windows_view
 from .registry import op
 
@@ -261,7 +261,6 @@ def _winograd_matrices() -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 _WINO = _winograd_matrices()
-_WINO_CACHE: dict[tuple[int, int], tuple[Any, Any]] = {}
 
 
 def _winograd_tile(k: list[int], strides: list[int], dilations: list[int], c: int, m: int, out: list[int]) -> int:
@@ -283,10 +282,10 @@ def _winograd_tile(k: list[int], strides: list[int], dilations: list[int], c: in
 
 def _winograd_weights(xp: Any, w: Any, r: int) -> Any:
     """(t*t, M, C) transformed weights; cached for read-only (constant) weights."""
-    key = (id(w), r)
-    hit = _WINO_CACHE.get(key)
-    if hit is not None and hit[0]() is w:
-        return hit[1]
+    return derived((w,), ("winograd", r), lambda: _transform_weights(xp, w, r))
+
+
+def _transform_weights(xp: Any, w: Any, r: int) -> Any:
     g = _WINO[r][1]
     t = g.shape[0]
     m, c = w.shape[:2]
@@ -300,37 +299,19 @@ def _winograd_weights(xp: Any, w: Any, r: int) -> Any:
         block = np.asarray(host[m0 : m0 + step], dtype=np.float64)  # (mb, c, 3, 3)
         a = np.tensordot(g, block, axes=(1, 2))  # (t, mb, c, 3)
         u_host[:, :, m0 : m0 + step] = np.tensordot(a, g, axes=(3, 1)).transpose(0, 3, 1, 2)  # (t, t, mb, c)
-    u = xp.asarray(u_host.reshape(t * t, m, c))
-    if not w.flags.writeable:
-        try:
-            ref = weakref.ref(w)
-        except TypeError:
-            return u
-        _WINO_CACHE[key] = (ref, u)
-        weakref.finalize(w, _WINO_CACHE.pop, key, None)
-    return u
-
-
-_AUG_CACHE: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
+    return xp.asarray(u_host.reshape(t * t, m, c))
 
 
 def _bias_augmented(xp: Any, w: Any, b: Any, cdt: np.dtype) -> Any:
     """[W | b] as (M, C + 1) for a 1x1 convolution; cached for read-only (constant) W and B."""
-    key = (id(w), id(b))
-    hit = _AUG_CACHE.get(key)
-    if hit is not None and hit[0]() is w and hit[1]() is b:
-        return hit[2]
-    m = w.shape[0]
-    wb = xp.concatenate([w.reshape(m, -1).astype(cdt, copy=False), b.reshape(m, 1).astype(cdt, copy=False)], axis=1)
-    if not w.flags.writeable and not b.flags.writeable:
-        try:
-            refs = (weakref.ref(w), weakref.ref(b))
-        except TypeError:
-            return wb
-        _AUG_CACHE[key] = (refs[0], refs[1], wb)
-        weakref.finalize(w, _AUG_CACHE.pop, key, None)
-        weakref.finalize(b, _AUG_CACHE.pop, key, None)
-    return wb
+
+    def build() -> Any:
+        m = w.shape[0]
+        return xp.concatenate(
+            [w.reshape(m, -1).astype(cdt, copy=False), b.reshape(m, 1).astype(cdt, copy=False)], axis=1
+        )
+
+    return derived((w, b), ("bias-augmented", np.dtype(cdt).str), build)
 
 
 def _to_host(a: Any) -> Any:

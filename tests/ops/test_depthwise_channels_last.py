@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import onnxpy
-from onnxpy.ops import _depthwise
+from onnxpy.ops import _depthwise, _derived
 from onnxpy.ops.conv import conv_nd
 from onnxpy.ops.fused import fused_conv
 from tests.ops.test_conv import reference_conv
@@ -80,7 +80,7 @@ def test_tiled_weights_are_cached_only_for_read_only_weights() -> None:
     np.testing.assert_allclose(conv_nd(np, x, w, group=4, pads=[1, 1, 1, 1]), 2 * first, rtol=1e-6)
     w.flags.writeable = False
     conv_nd(np, x, w, group=4, pads=[1, 1, 1, 1])
-    assert any(ref() is w for ref, _ in _depthwise._TILED.values())
+    assert any(any(ref() is w for ref in refs) for refs, _ in _derived._CACHE.values())
 
 
 @pytest.mark.parametrize("with_bias", [False, True])

@@ -1,0 +1,43 @@
+"""Arrays derived from constant weights (transformed, transposed, tiled), computed once.
+
+Kernels derive forms of their weights that suit the computation: Winograd-transformed kernels,
+[W | b] for a bias inside the GEMM, W^T or tiled rows for channels-last layouts. Constants
+are read-only arrays that live as long as the session, so the derived form is cached, keyed by
+the sources' identity, and dropped when a source is freed. A writable source (a weight fed at
+run time, which may change between calls) or one without a writeable flag (a CuPy array) is
+derived afresh each call.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_CACHE: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
+
+
+def derived(sources: tuple[Any, ...], tag: tuple[Any, ...], build: Callable[[], T]) -> T:
+    """``build()``, cached per (sources, tag) while every source is alive and read-only."""
+    key = (*(id(s) for s in sources), *tag)
+    hit = _CACHE.get(key)
+    if hit is not None and all(ref() is s for ref, s in zip(hit[0], sources)):
+        return hit[1]  # type: ignore[no-any-return]
+    value = build()
+    if any(getattr(s.flags, "writeable", True) for s in sources):
+        return value
+    try:
+        refs = tuple(weakref.ref(s) for s in sources)
+    except TypeError:
+        return value
+    _CACHE[key] = (refs, value)
+    for s in sources:
+        weakref.finalize(s, _CACHE.pop, key, None)
+    return value
+
+
+def cached_values() -> list[Any]:
+    """Every derived array cached now (for tests and memory accounting)."""
+    return [v for _, v in _CACHE.values()]
