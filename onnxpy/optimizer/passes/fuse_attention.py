@@ -141,7 +141,7 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
     k = _split_heads(graph, uses, node.inputs[1], node, _KEYS_T, nodes, keep)
     if q is None or k is None:
         return None
-    # Downwards: [NaN guard] MatMul(P, V) [Reshape] Transpose Reshape.
+    # Downwards: [NaN guard] MatMul(P, V).
     probs = softmax.outputs[0]
     if probs in uses.graph_outputs:
         return None
