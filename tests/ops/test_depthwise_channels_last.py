@@ -83,13 +83,14 @@ def test_tiled_weights_are_cached_only_for_read_only_weights() -> None:
     assert any(any(ref() is w for ref in refs) for refs, _ in _derived._CACHE.values())
 
 
+@pytest.mark.parametrize("outputs", [7, 3])  # more outputs than inputs: the bias rides in the GEMM
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_1x1_on_a_channels_last_input_stays_channels_last(with_bias: bool) -> None:
+def test_1x1_on_a_channels_last_input_stays_channels_last(with_bias: bool, outputs: int) -> None:
     rng = np.random.default_rng(4)
     x = np.ascontiguousarray(rng.standard_normal((2, 5, 4, 3)).astype(np.float32).transpose(0, 2, 3, 1))
     x = x.transpose(0, 3, 1, 2)  # NCHW shape, channels-last memory
-    w = rng.standard_normal((7, 5, 1, 1)).astype(np.float32)
-    b = rng.standard_normal(7).astype(np.float32) if with_bias else None
+    w = rng.standard_normal((outputs, 5, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(outputs).astype(np.float32) if with_bias else None
     got = conv_nd(np, x, w, b)
     assert _depthwise.is_channels_last(got)
     np.testing.assert_allclose(got, reference_conv(x, w, b, [1, 1], [0, 0, 0, 0], [1, 1], 1), rtol=1e-5, atol=1e-5)
