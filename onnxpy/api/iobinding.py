@@ -470,8 +470,8 @@ def _wrap_result(value: Any, src: Provider, dst: Provider) -> OrtValue:
     if value is None:
         return OrtValue(None, dst)
     if isinstance(value, list):
-        return OrtValue([_move(v, src, dst) for v in value], dst)
-    return OrtValue(_move(value, src, dst), dst)
+        return OrtValue([dst.contiguous(_move(v, src, dst)) for v in value], dst)
+    return OrtValue(dst.contiguous(_move(value, src, dst)), dst)
 
 
 def _move(value: Any, src: Provider, dst: Provider) -> Any:

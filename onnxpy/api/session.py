@@ -370,7 +370,7 @@ class InferenceSession:
                 )
             feeds[name] = self._prepare_feed(name, v)
         values = self._run_device(output_names, feeds, run_options)
-        return [OrtValue(v, self._provider) for v in values]
+        return [OrtValue(self._provider.contiguous(v), self._provider) for v in values]
 
     def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
         from .iobinding import IOBinding

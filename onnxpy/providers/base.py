@@ -49,6 +49,16 @@ class Provider(ABC):
         """Write ``src`` into the preallocated ``dst`` (same shape and dtype, checked by the caller)."""
         self.xp.copyto(dst, src)
 
+    def contiguous(self, value: Any) -> Any:
+        """``value`` as a C-contiguous array (itself when it already is): results handed out
+        as OrtValues. Kernels may return views in another layout (a transpose, a channels-last
+        convolution result); onnxruntime's values are always dense, and callers use
+        data_ptr() with the shape alone."""
+        flags = getattr(value, "flags", None)
+        if flags is None or flags.c_contiguous:
+            return value
+        return self.xp.ascontiguousarray(value)
+
     def data_ptr(self, array: Any) -> int:
         return int(array.__array_interface__["data"][0]) if array.size else 0
 

@@ -368,3 +368,48 @@ def test_python_dash_m_onnxpy_runs_the_demo() -> None:
     res = subprocess.run([sys.executable, "-m", "onnxpy"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "output probabilities" in res.stdout and "latency" in res.stdout
+
+
+def test_results_are_c_contiguous_whatever_layout_the_kernel_returned() -> None:
+    """Transpose returns a view and depthwise convolutions a channels-last one; every way a
+    result reaches the caller (run, run_with_ort_values, IOBinding outputs) hands out a dense
+    C-order array, as onnxruntime does, so data_ptr() and the shape describe its memory."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 1, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1, 3, 2]),
+        helper.make_node("Conv", ["x", "w"], ["d"], group=3, pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "layouts",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 5])],
+        [
+            helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 3, 5, 4]),
+            helper.make_tensor_value_info("d", TensorProto.FLOAT, [1, 3, 4, 5]),
+        ],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = onnxpy.InferenceSession(model.SerializeToString())
+    x = rng.standard_normal((1, 3, 4, 5)).astype(np.float32)
+    want = sess.run(None, {"x": x})
+    assert all(a.flags.c_contiguous for a in want)
+    np.testing.assert_array_equal(want[0], x.transpose(0, 1, 3, 2))
+
+    for value in sess.run_with_ort_values(None, {"x": onnxpy.OrtValue.ortvalue_from_numpy(x)}):
+        arr = value.numpy()
+        assert arr.flags.c_contiguous and value.data_ptr() == arr.__array_interface__["data"][0]
+
+    binding = sess.io_binding()
+    binding.bind_cpu_input("x", x)
+    binding.bind_output("t", "cpu")
+    binding.bind_output("d", "cpu")
+    sess.run_with_iobinding(binding)
+    for got, expected in zip(binding.copy_outputs_to_cpu(), want):
+        assert got.flags.c_contiguous
+        np.testing.assert_array_equal(got, expected)
+    for value in binding.get_outputs():
+        assert value.numpy().flags.c_contiguous
