@@ -40,8 +40,13 @@ def conv_nd(
     strides: list[int] | None = None,
     ctx: Any = None,
     epilogue: Callable[[Any], Any] | None = None,
+    shuffle_groups: int = 0,
 ) -> Any:
     """N-D convolution in the compute dtype (see ``compute_dtype``); the caller casts back.
+
+    ``shuffle_groups`` g > 0 returns the output channels in ShuffleNet's channel-shuffle order
+    (channel a * M/g + j goes to j * g + a); a grouped 1x1 convolution with g groups writes
+    its GEMM results straight into that order (``optimizer/passes/fold_shuffle.py``).
 
     ``epilogue``, an in-place function such as a fused activation, is applied to the result;
     the depthwise path applies it block by block while the output is still in cache."""
@@ -74,12 +79,55 @@ def conv_nd(
     w = w.astype(cdt, copy=False)
     o = math.prod(out)
     bias = None if b is None else b.astype(cdt, copy=False)
+    if shuffle_groups:
+        if shuffle_groups < 0 or m % shuffle_groups:
+            raise ValueError(f"shuffle_groups {shuffle_groups} must divide the output channels ({m})")
+        return _conv_shuffled(xp, x, w, bias, begin, end, out, k, strides, dilations, group, shuffle_groups, epilogue)
     if xp is np and o and nd == 2 and cg == 1 and mg == 1 and dilations == [1, 1] and any(kk > 1 for kk in k):
         return depthwise_channels_last(x, w, bias, begin, out, strides, epilogue)
     y = _conv_dispatch(xp, x, w, bias, begin, end, out, k, strides, dilations, group)
     if epilogue is not None:
         epilogue(y)
     return y
+
+
+def _conv_shuffled(
+    xp: Any,
+    x: Any,
+    w: Any,
+    b: Any,
+    begin: list[int],
+    end: list[int],
+    out: list[int],
+    k: list[int],
+    strides: list[int],
+    dilations: list[int],
+    group: int,
+    g: int,
+    epilogue: Callable[[Any], Any] | None,
+) -> Any:
+    """The convolution with its output channels shuffled over ``g`` groups (see conv_nd)."""
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    o = math.prod(out)
+    res = xp.empty((n, m, *out), dtype=x.dtype)
+    # pre[:, a * m/g + j] lands in res[:, j * g + a]: through this view it is written in order.
+    pre = res.reshape(n, m // g, g, o).transpose(0, 2, 1, 3)  # (n, g, m/g, o)
+    pointwise = all(kk == 1 for kk in k) and not any(begin) and not any(end) and all(st == 1 for st in strides)
+    if pointwise and group == g and n * o:
+        # The grouped GEMM's result blocks are exactly the shuffle's source groups: BLAS writes
+        # each group's rows with a row stride of g rows, and no copy is made.
+        xs = x.reshape(n, group, c // group, o)
+        xp.matmul(w.reshape(group, m // group, c // group), xs, out=pre)
+    else:
+        pre[...] = _conv_dispatch(xp, x, w, None, begin, end, out, k, strides, dilations, group).reshape(
+            n, g, m // g, o
+        )
+    if b is not None:
+        pre += b.reshape(1, g, m // g, 1)
+    if epilogue is not None:
+        epilogue(res)
+    return res
 
 
 def _conv_dispatch(

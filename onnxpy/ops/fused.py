@@ -71,6 +71,7 @@ def fused_conv(
     strides: list[int] | None = None,
     activation: str = "",
     activation_params: list[float] | None = None,
+    shuffle_groups: int = 0,
     ctx: Any = None,
 ) -> Any:
     params = activation_params or []
@@ -95,6 +96,7 @@ def fused_conv(
         strides=strides,
         ctx=ctx,
         epilogue=epilogue,
+        shuffle_groups=shuffle_groups,
     )
     if epilogue is not None:
         return y

@@ -14,6 +14,7 @@ from .passes import (
     eliminate,
     fold_batchnorm,
     fold_relu_floor,
+    fold_shuffle,
     fuse_activation,
     fuse_attention,
     fuse_patterns,
@@ -28,6 +29,7 @@ BASIC: list[Pass] = [constant_folding.run, eliminate.run]
 EXTENDED: list[Pass] = [
     fold_batchnorm.run,
     fuse_activation.run,
+    fold_shuffle.run,
     fold_relu_floor.run,
     fuse_patterns.run,
     fuse_attention.run,
