@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -79,34 +79,37 @@ def conv_nd(
     w = w.astype(cdt, copy=False)
     o = math.prod(out)
     bias = None if b is None else b.astype(cdt, copy=False)
+    geo = _Geometry(begin, end, out, k, strides, dilations, group)
     if shuffle_groups:
         if shuffle_groups < 0 or m % shuffle_groups:
             raise ValueError(f"shuffle_groups {shuffle_groups} must divide the output channels ({m})")
-        return _conv_shuffled(xp, x, w, bias, begin, end, out, k, strides, dilations, group, shuffle_groups, epilogue)
+        return _conv_shuffled(xp, x, w, bias, geo, shuffle_groups, epilogue)
     if xp is np and o and nd == 2 and cg == 1 and mg == 1 and dilations == [1, 1] and any(kk > 1 for kk in k):
         return depthwise_channels_last(x, w, bias, begin, out, strides, epilogue)
-    y = _conv_dispatch(xp, x, w, bias, begin, end, out, k, strides, dilations, group)
+    y = _conv_dispatch(xp, x, w, bias, geo)
     if epilogue is not None:
         epilogue(y)
     return y
 
 
+class _Geometry(NamedTuple):
+    """Where the windows of one convolution sit: pads before/after, output size, kernel,
+    strides, dilations (per spatial axis) and the group count."""
+
+    begin: list[int]
+    end: list[int]
+    out: list[int]
+    kernel: list[int]
+    strides: list[int]
+    dilations: list[int]
+    group: int
+
+
 def _conv_shuffled(
-    xp: Any,
-    x: Any,
-    w: Any,
-    b: Any,
-    begin: list[int],
-    end: list[int],
-    out: list[int],
-    k: list[int],
-    strides: list[int],
-    dilations: list[int],
-    group: int,
-    g: int,
-    epilogue: Callable[[Any], Any] | None,
+    xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, g: int, epilogue: Callable[[Any], Any] | None
 ) -> Any:
     """The convolution with its output channels shuffled over ``g`` groups (see conv_nd)."""
+    begin, end, out, k, strides, _, group = geo
     n, c = x.shape[:2]
     m = w.shape[0]
     o = math.prod(out)
@@ -120,9 +123,7 @@ def _conv_shuffled(
         xs = x.reshape(n, group, c // group, o)
         xp.matmul(w.reshape(group, m // group, c // group), xs, out=pre)
     else:
-        pre[...] = _conv_dispatch(xp, x, w, None, begin, end, out, k, strides, dilations, group).reshape(
-            n, g, m // g, o
-        )
+        pre[...] = _conv_dispatch(xp, x, w, None, geo).reshape(n, g, m // g, o)
     if b is not None:
         pre += b.reshape(1, g, m // g, 1)
     if epilogue is not None:
@@ -130,20 +131,9 @@ def _conv_shuffled(
     return res
 
 
-def _conv_dispatch(
-    xp: Any,
-    x: Any,
-    w: Any,
-    b: Any,
-    begin: list[int],
-    end: list[int],
-    out: list[int],
-    k: list[int],
-    strides: list[int],
-    dilations: list[int],
-    group: int,
-) -> Any:
+def _conv_dispatch(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry) -> Any:
     """The convolution paths other than channels-last depthwise, in ``x``'s (compute) dtype."""
+    begin, end, out, k, strides, dilations, group = geo
     nd = len(k)
     n, c = x.shape[:2]
     m = w.shape[0]
