@@ -117,9 +117,10 @@ def _conv_shuffled(
     # pre[:, a * m/g + j] lands in res[:, j * g + a]: through this view it is written in order.
     pre = res.reshape(n, m // g, g, o).transpose(0, 2, 1, 3)  # (n, g, m/g, o)
     pointwise = all(kk == 1 for kk in k) and not any(begin) and not any(end) and all(st == 1 for st in strides)
-    if pointwise and group == g and n * o:
+    if xp is np and pointwise and group == g and n * o:
         # The grouped GEMM's result blocks are exactly the shuffle's source groups: BLAS writes
-        # each group's rows with a row stride of g rows, and no copy is made.
+        # each group's rows with a row stride of g rows, and no copy is made. (numpy only:
+        # CuPy's matmul is not known to write into strided outputs in place.)
         xs = x.reshape(n, group, c // group, o)
         xp.matmul(w.reshape(group, m // group, c // group), xs, out=pre)
     else:
