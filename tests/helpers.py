@@ -45,6 +45,17 @@ def python_lines_run(fn: Any) -> tuple[Any, int]:
     return result, count
 
 
+def run_in_threads(worker: Any, count: int) -> None:
+    """``worker(i)`` for i in range(count), each on its own thread, all joined."""
+    import threading
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def light_models() -> list[Path]:
     return [Path(p) for p in sorted(glob.glob(str(LIGHT_DIR / "*.onnx")))]
 

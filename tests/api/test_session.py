@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxpy
-from tests.helpers import DEMO_MODEL, make_model, vinfo
+from tests.helpers import DEMO_MODEL, make_model, run_in_threads, vinfo
 
 
 def _add_mul_model(dim_name: str = "n") -> onnx.ModelProto:
@@ -332,11 +332,7 @@ def test_concurrent_runs_from_four_threads_on_one_session() -> None:
             if not np.array_equal(got, expected[k]):
                 failures.append(f"thread {tid} run {i}")
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(worker, 4)
     assert not failures
 
 

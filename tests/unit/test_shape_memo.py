@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 import onnxpy
 from onnxpy.optimizer.rewrite import FUSED_DOMAIN
-from tests.helpers import make_model, vinfo
+from tests.helpers import make_model, run_in_threads, vinfo
 
 I64 = TensorProto.INT64
 
@@ -124,7 +124,6 @@ def test_disabled_below_extended_level_and_written_to_optimized_models(tmp_path)
 
 
 def test_concurrent_runs_with_many_shapes_fill_and_evict_the_memo_safely(monkeypatch) -> None:
-    import threading
 
     from onnxpy.ops import fused
 
@@ -145,9 +144,5 @@ def test_concurrent_runs_with_many_shapes_fill_and_evict_the_memo_safely(monkeyp
             if any(g.shape != w.shape or not np.array_equal(g, w) for g, w in zip(got, want)):
                 failures.append(f"thread {tid} shape {shape}")
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(worker, 6)
     assert not failures
