@@ -19,6 +19,7 @@ from .passes import (
     fuse_attention,
     fuse_patterns,
     memoize_shapes,
+    relu_after_pool,
 )
 
 Pass = Callable[[Graph], bool]
@@ -33,6 +34,7 @@ EXTENDED: list[Pass] = [
     fold_relu_floor.run,
     fuse_patterns.run,
     fuse_attention.run,
+    relu_after_pool.run,
 ]
 LAYOUT: list[Pass] = []
 # Run once at the end (extended level, host sessions): they wrap what the others left.

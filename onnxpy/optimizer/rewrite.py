@@ -81,6 +81,13 @@ class Sweep:
         self.touched.update((id(old), id(new)))
         self.changed = True
 
+    def add(self, node: Node) -> None:
+        """Append a new node; the manager's topological sort after the pass puts it in place."""
+        self.graph.nodes.append(node)
+        self._pos[id(node)] = len(self.graph.nodes) - 1
+        self.touched.add(id(node))
+        self.changed = True
+
     def remove(self, *nodes: Node) -> None:
         for n in nodes:
             self._dead.add(id(n))

@@ -1,0 +1,57 @@
+"""Move a convolution's fused ReLU past the MaxPool that reads it.
+
+ReLU is non-decreasing, so it commutes with a maximum: MaxPool(Relu(y)) = Relu(MaxPool(y)) for
+every window that holds at least one input element. Applied after a strided pool, the ReLU pass
+runs over the pooled tensor (a quarter of the elements for 3x3/2) instead of the convolution's
+whole output: the stems of SqueezeNet, VGG and Inception, and VGG's every stage.
+
+Only for a float32 FusedConv with activation Relu (no residual input) whose output is read by a
+MaxPool alone, without padding (a window wholly in the padding would give the lowest value, not
+0), without the Indices output, and with a stride above 1 (otherwise nothing is saved).
+"""
+
+from __future__ import annotations
+
+from ...ir.graph import Graph, Node
+from ..rewrite import FUSED_DOMAIN, Sweep
+
+
+def _unpadded_strided_pool(pool: Node) -> bool:
+    if pool.domain or pool.op_type != "MaxPool" or len([o for o in pool.outputs if o]) != 1:
+        return False
+    if pool.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        return False
+    if any(int(p) for p in pool.attrs.get("pads", []) or []):
+        return False
+    return any(int(s) > 1 for s in pool.attrs.get("strides", []) or [])
+
+
+def run(graph: Graph) -> bool:
+    sweep = Sweep(graph)
+    uses = sweep.uses
+    for conv in list(graph.nodes):
+        if conv.domain != FUSED_DOMAIN or conv.op_type != "FusedConv" or not sweep.fresh(conv):
+            continue
+        if conv.attrs.get("activation") != "Relu" or (len(conv.inputs) > 3 and conv.inputs[3]):
+            continue
+        y = conv.outputs[0]
+        pool = uses.only_reader(y)
+        if pool is None or not _unpadded_strided_pool(pool) or not sweep.fresh(pool):
+            continue
+        if graph.elem_type(y) != 1:
+            continue
+        # New names for the values that change meaning: the convolution's output is no longer
+        # rectified and the pool's not yet. Their old names leave the optimized graph, so a
+        # caller fetching them gets the original values (from the unoptimized graph).
+        raw = sweep.new_name(f"{y}_before_relu")
+        pooled = sweep.new_name(f"{pool.outputs[0]}_before_relu")
+        attrs = {k: v for k, v in conv.attrs.items() if k not in ("activation", "activation_params")}
+        sweep.replace(conv, Node(conv.op_type, list(conv.inputs), [raw], attrs, conv.name, conv.domain, conv.opset))
+        out = pool.outputs[0]
+        sweep.replace(
+            pool,
+            Node(pool.op_type, [raw, *pool.inputs[1:]], [pooled], dict(pool.attrs), pool.name, pool.domain, pool.opset),
+        )
+        relu_version = graph.opsets.get("", 13)
+        sweep.add(Node("Relu", [pooled], [out], {}, f"{pool.name or 'maxpool'}_relu", "", relu_version))
+    return sweep.finish()

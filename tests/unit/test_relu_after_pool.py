@@ -1,0 +1,106 @@
+"""optimizer/passes/relu_after_pool.py: a convolution's fused ReLU moves past the strided
+MaxPool reading it, with identical numbers, and stays where moving it would change them."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxpy
+from onnxpy.optimizer.manager import optimize
+from onnxpy.runtime.compile import build_graph
+from tests.helpers import make_model, vinfo
+
+F = TensorProto.FLOAT
+
+
+def _model(pool_attrs: dict[str, Any], *, indices: bool = False, second_reader: bool = False) -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    # Channel 0's bias keeps every window negative (its ReLU output is 0), the others mix signs.
+    inits = {
+        "w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+        "b": np.array([-40.0, -2.0, 0.0, 1.0], np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["y"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p", "i"] if indices else ["p"], **pool_attrs),
+    ]
+    outputs = [vinfo("p", F, None)]
+    if indices:
+        outputs.append(vinfo("i", TensorProto.INT64, None))
+    if second_reader:
+        nodes.append(helper.make_node("Neg", ["r"], ["n"]))
+        outputs.append(vinfo("n", F, None))
+    return make_model(nodes, [vinfo("x", F, [2, 3, 9, 9])], outputs, initializers=inits)
+
+
+def _ops(model: onnx.ModelProto) -> dict[str, int]:
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    return dict(collections.Counter(n.op_type for n in graph.nodes))
+
+
+def _check(model: onnx.ModelProto) -> None:
+    x = np.random.default_rng(4).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    data = model.SerializeToString()
+    plain_opts = onnxpy.SessionOptions()
+    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    got = onnxpy.InferenceSession(data).run(None, {"x": x})
+    plain = onnxpy.InferenceSession(data, plain_opts).run(None, {"x": x})
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for g, p, w in zip(got, plain, want):
+        np.testing.assert_array_equal(g, p)  # max and ReLU commute exactly
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    assert (got[0] == 0).any() and (got[0] > 0).any()  # the ReLU really clipped something
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        {"kernel_shape": [3, 3], "strides": [2, 2]},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},  # last windows partly outside
+        {"kernel_shape": [2, 2], "strides": [2, 1]},
+    ],
+    ids=["3x3s2", "ceil", "2x2s2x1"],
+)
+def test_relu_moves_after_a_strided_unpadded_pool(pool: dict[str, Any]) -> None:
+    model = _model(pool)
+    ops = _ops(model)
+    assert ops == {"FusedConv": 1, "MaxPool": 1, "Relu": 1}, ops
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    order = [n.op_type for n in graph.nodes]
+    assert order.index("MaxPool") < order.index("Relu")
+    _check(model)
+    # The rectified convolution output, fetched by name, still means what the model says.
+    x = np.random.default_rng(5).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    plain_opts = onnxpy.SessionOptions()
+    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    (got,) = onnxpy.InferenceSession(model.SerializeToString()).run(["r"], {"x": x})
+    (want,) = onnxpy.InferenceSession(model.SerializeToString(), plain_opts).run(["r"], {"x": x})
+    assert got.min() == 0
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "pool,kwargs",
+    [
+        ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, {}),  # padded
+        ({"kernel_shape": [3, 3], "strides": [1, 1]}, {}),  # nothing saved
+        ({"kernel_shape": [3, 3], "strides": [2, 2]}, {"indices": True}),
+        ({"kernel_shape": [3, 3], "strides": [2, 2]}, {"second_reader": True}),
+    ],
+    ids=["padded", "stride-1", "indices", "second-reader"],
+)
+def test_relu_stays_fused_where_moving_it_is_wrong_or_useless(pool: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    model = _model(pool, **kwargs)
+    ops = _ops(model)
+    assert "Relu" not in ops, ops
+    _check(model)
