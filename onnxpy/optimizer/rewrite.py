@@ -106,6 +106,13 @@ class Sweep:
         return self.changed
 
 
+def is_conv(node: Node | None) -> bool:
+    """An ONNX Conv or onnxpy's FusedConv (what convolution rewrites may take as their producer)."""
+    return node is not None and (
+        (node.op_type == "Conv" and not node.domain) or (node.op_type == "FusedConv" and node.domain == FUSED_DOMAIN)
+    )
+
+
 def constant(graph: Graph, name: str) -> np.ndarray | None:
     """The value of ``name`` if it is an initializer that no caller can override."""
     if name and name in graph.initializers and name not in graph.inputs:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...ir.graph import Graph, Node
 from ...model import dtypes
-from ..rewrite import FUSED_DOMAIN, Sweep, constant
+from ..rewrite import FUSED_DOMAIN, Sweep, constant, is_conv
 from .fold_batchnorm import _conv_wb, _set_conv_wb
 
 
@@ -28,9 +28,7 @@ def _pointwise_conv(graph: Graph, node: Node | None, src: str) -> bool:
     no padding (its bias, residual and activation come after the product, so any are fine)."""
     if node is None or not node.inputs or node.inputs[0] != src:
         return False
-    if not (
-        (node.op_type == "Conv" and not node.domain) or (node.domain == FUSED_DOMAIN and node.op_type == "FusedConv")
-    ):
+    if not is_conv(node):
         return False
     w = constant(graph, node.inputs[1]) if len(node.inputs) > 1 else None
     if w is None or w.dtype.kind != "f" or w.ndim < 3 or any(d != 1 for d in w.shape[2:]):

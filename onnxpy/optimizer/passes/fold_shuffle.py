@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant
+from ..rewrite import Sweep, Uses, constant, is_conv
 from .fuse_activation import _to_fused_conv
 
 
@@ -57,17 +57,11 @@ def _next(uses: Uses, name: str, op: str) -> Node | None:
     return node
 
 
-def _is_conv(node: Node | None) -> bool:
-    return node is not None and (
-        (node.op_type == "Conv" and not node.domain) or (node.op_type == "FusedConv" and node.domain == FUSED_DOMAIN)
-    )
-
-
 def run(graph: Graph) -> bool:
     sweep = Sweep(graph)
     uses = sweep.uses
     for conv in list(graph.nodes):
-        if not _is_conv(conv) or not sweep.fresh(conv) or conv.attrs.get("shuffle_groups"):
+        if not is_conv(conv) or not sweep.fresh(conv) or conv.attrs.get("shuffle_groups"):
             continue
         if len(conv.inputs) > 3 and conv.inputs[3]:
             continue  # a residual input: the shuffle follows the add

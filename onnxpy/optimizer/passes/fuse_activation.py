@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep, constant, scalar_value
+from ..rewrite import FUSED_DOMAIN, Sweep, constant, is_conv, scalar_value
 
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
@@ -79,11 +79,9 @@ def run(graph: Graph) -> bool:
         nxt = uses.only_reader(out)
         if nxt is None or not sweep.fresh(node, nxt):
             continue
-        is_conv = (node.op_type == "Conv" and not node.domain) or (
-            node.domain == FUSED_DOMAIN and node.op_type == "FusedConv"
-        )
+        conv_like = is_conv(node)
         # Residual add into a convolution without activation yet.
-        if is_conv and not node.attrs.get("activation") and (len(node.inputs) < 4 or not node.inputs[3]):
+        if conv_like and not node.attrs.get("activation") and (len(node.inputs) < 4 or not node.inputs[3]):
             if not nxt.domain and nxt.op_type in ("Add", "Sum") and len(nxt.inputs) == 2 and nxt.outputs[0]:
                 other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
                 # The kernel adds in place when shapes agree and broadcasts otherwise.
@@ -97,7 +95,7 @@ def run(graph: Graph) -> bool:
         act = activation_of(graph, nxt)
         if act is not None:
             name, params = act
-            if is_conv and not node.attrs.get("activation"):
+            if conv_like and not node.attrs.get("activation"):
                 fused = _to_fused_conv(node)
             elif (
                 node.domain == FUSED_DOMAIN
