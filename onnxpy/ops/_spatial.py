@@ -83,7 +83,22 @@ def pad_input(
         width.append((b, max(e, need, 0)))
     if all(w == (0, 0) for w in width):
         return x
-    return xp.pad(x, width, mode="constant", constant_values=value)
+    # An empty buffer whose border slabs are filled, then the input copied in: each byte is
+    # written once, and without np.pad's Python-level set-up (~40 us a call, more than the copy
+    # itself for a 7x7 map).
+    padded = xp.empty([s + b + e for s, (b, e) in zip(x.shape, width)], dtype=x.dtype)
+    inner: list[slice] = [slice(None)] * x.ndim
+    for axis in range(2, x.ndim):
+        b, e = width[axis]
+        size = padded.shape[axis]
+        lead = (slice(None),) * axis
+        if b:
+            padded[(*lead, slice(0, b))] = value
+        if e:
+            padded[(*lead, slice(size - e, size))] = value
+        inner[axis] = slice(b, b + x.shape[axis])
+    padded[tuple(inner)] = x
+    return padded
 
 
 def window_slices(
