@@ -85,40 +85,92 @@ def depthwise_channels_last(
     activation) is applied to each block of output rows right after its bias."""
     n, c = x.shape[:2]
     kh, kw = w.shape[2:]
+    rows, cols = strides[0] * (out[0] - 1) + kh, strides[1] * (out[1] - 1) + kw  # what windows read
+    y = np.empty((n, out[0], out[1], c), dtype=x.dtype)
+    for i in range(n):
+        _depthwise_image(_padded(x[i], begin, (rows, cols)), w, bias, strides, y[i], epilogue)
+    return y.transpose(0, 3, 1, 2)
+
+
+def pointwise_depthwise_channels_last(
+    x: np.ndarray,
+    w1b1: np.ndarray,
+    activation1: Callable[[np.ndarray], Any] | None,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    begin: list[int],
+    out: list[int],
+    strides: list[int],
+    epilogue: Callable[[np.ndarray], Any] | None = None,
+) -> np.ndarray:
+    """A 1x1 convolution (``w1b1`` = [W1^T ; b1], shape (C + 1, M)) and its in-place
+    ``activation1``, then the depthwise convolution ``w`` (M, 1, kh, kw) of that, as
+    ``depthwise_channels_last``. The 1x1 GEMM writes the depthwise layer's zero-bordered
+    channels-last buffer directly: its input is copied into a zero-bordered (rows, cols, C + 1)
+    buffer whose last channel is 1 inside and 0 in the border, so border rows of the product are
+    exactly 0 (bias included) and stay 0 under an activation with f(0) = 0. That saves the
+    depthwise layer's padded copy of the (larger) expanded tensor.
+
+    The caller guarantees activation1(0) == 0 (see optimizer/passes/fuse_pointwise_depthwise.py)."""
+    n, c, h, wd = x.shape
+    m = w1b1.shape[1]
+    kh, kw = w.shape[2:]
+    rows, cols = strides[0] * (out[0] - 1) + kh, strides[1] * (out[1] - 1) + kw
+    r0, q0 = begin
+    r1, q1 = max(r0, min(rows, r0 + h)), max(q0, min(cols, q0 + wd))  # the input's part, clamped
+    y = np.empty((n, out[0], out[1], m), dtype=x.dtype)
+    xs = np.zeros((rows, cols, c + 1), dtype=x.dtype)
+    xs[r0:r1, q0:q1, c] = 1
+    for i in range(n):
+        xs[r0:r1, q0:q1, :c] = x[i, :, : r1 - r0, : q1 - q0].transpose(1, 2, 0)
+        p = np.matmul(xs.reshape(rows * cols, c + 1), w1b1).reshape(rows, cols, m)
+        if activation1 is not None:
+            activation1(p)
+        _depthwise_image(p, w, bias, strides, y[i], epilogue)
+    return y.transpose(0, 3, 1, 2)
+
+
+def _depthwise_image(
+    p: np.ndarray,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    strides: list[int],
+    y: np.ndarray,
+    epilogue: Callable[[np.ndarray], Any] | None,
+) -> None:
+    """One image's depthwise convolution: ``p`` the zero-bordered channels-last input (rows,
+    cols, C) the windows read, ``y`` the (oh, ow, C) result, written in place."""
+    oh, ow, c = y.shape
+    kh, kw = w.shape[2:]
     sh, sw = strides
-    oh, ow = out
-    rows, cols = sh * (oh - 1) + kh, sw * (ow - 1) + kw  # the padded input the windows read
+    cols = p.shape[1]
     row = ow * c
     # (kh, kw, ow*c): each tap's weights, one per channel, tiled along an output row.
-    weights = tiled_rows(w, c, kh * kw, ow, x.dtype).reshape(kh, kw, row)
-    shift = None if bias is None else tiled_rows(bias, c, 1, ow, x.dtype)[0]
-    item = x.itemsize
-    y = np.empty((n, oh, ow, c), dtype=x.dtype)
-    for i in range(n):
-        p = _padded(x[i], begin, (rows, cols))
-        yi = y[i].reshape(oh, row)
-        # All taps as one strided view of the padded image, summed by one einsum: a fused
-        # multiply-add pass. At stride 1 a tap's output row is one run of ow*c values.
-        if sw == 1:
-            taps = np.lib.stride_tricks.as_strided(
-                p, (kh, kw, oh, row), (cols * c * item, c * item, sh * cols * c * item, item), writeable=False
-            )
-            np.einsum("uvrl,uvl->rl", taps, weights, out=yi)
-        else:
-            taps = np.lib.stride_tricks.as_strided(
-                p,
-                (kh, kw, oh, ow, c),
-                (cols * c * item, c * item, sh * cols * c * item, sw * c * item, item),
-                writeable=False,
-            )
-            np.einsum("uvrqc,uvqc->rqc", taps, weights.reshape(kh, kw, ow, c), out=yi.reshape(oh, ow, c))
-        if shift is not None or epilogue is not None:
-            # Bias and activation per block of rows, while the block is in cache.
-            step = max(1, _BLOCK_VALUES // row)
-            for r0 in range(0, oh, step):
-                block = yi[r0 : r0 + step]
-                if shift is not None:
-                    block += shift
-                if epilogue is not None:
-                    epilogue(block)
-    return y.transpose(0, 3, 1, 2)
+    weights = tiled_rows(w, c, kh * kw, ow, y.dtype).reshape(kh, kw, row)
+    item = p.itemsize
+    yi = y.reshape(oh, row)
+    # All taps as one strided view of the padded image, summed by one einsum: a fused
+    # multiply-add pass. At stride 1 a tap's output row is one run of ow*c values.
+    if sw == 1:
+        taps = np.lib.stride_tricks.as_strided(
+            p, (kh, kw, oh, row), (cols * c * item, c * item, sh * cols * c * item, item), writeable=False
+        )
+        np.einsum("uvrl,uvl->rl", taps, weights, out=yi)
+    else:
+        taps = np.lib.stride_tricks.as_strided(
+            p,
+            (kh, kw, oh, ow, c),
+            (cols * c * item, c * item, sh * cols * c * item, sw * c * item, item),
+            writeable=False,
+        )
+        np.einsum("uvrqc,uvqc->rqc", taps, weights.reshape(kh, kw, ow, c), out=y)
+    if bias is not None or epilogue is not None:
+        shift = None if bias is None else tiled_rows(bias, c, 1, ow, y.dtype)[0]
+        # Bias and activation per block of rows, while the block is in cache.
+        step = max(1, _BLOCK_VALUES // row)
+        for r0 in range(0, oh, step):
+            block = yi[r0 : r0 + step]
+            if shift is not None:
+                block += shift
+            if epilogue is not None:
+                epilogue(block)

@@ -13,6 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from ._compat import check_alloc
+from ._depthwise import pointwise_depthwise_channels_last
+from ._derived import derived
+from ._spatial import geometry
 from .conv import conv_nd
 from .nn import gemm
 from .registry import op
@@ -114,6 +118,109 @@ def fused_conv(
         else:
             y = y + Z  # the residual broadcasts to a larger shape: a new array
     return apply_activation(xp, y, activation, params)
+
+
+@op("PointwiseDepthwiseConv", 1, domain=DOMAIN)
+def pointwise_depthwise_conv(
+    xp: Any,
+    X: Any,  # noqa: N803 - ONNX names
+    W1: Any,  # noqa: N803
+    B1: Any,  # noqa: N803
+    W: Any,  # noqa: N803
+    B: Any = None,  # noqa: N803
+    *,
+    activation1: str = "",
+    activation1_params: list[float] | None = None,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+    activation: str = "",
+    activation_params: list[float] | None = None,
+    ctx: Any = None,
+) -> Any:
+    """FusedConv(FusedConv(X, W1, B1, activation1), W, B, activation): a 1x1 convolution and
+    the depthwise convolution that alone reads it (optimizer/passes/fuse_pointwise_depthwise.py).
+    On numpy the 1x1 GEMM writes the depthwise layer's zero-bordered input directly (see
+    ``pointwise_depthwise_channels_last``); elsewhere the two run one after the other."""
+    conv_attrs = {
+        "auto_pad": auto_pad,
+        "dilations": dilations,
+        "group": group,
+        "kernel_shape": kernel_shape,
+        "pads": pads,
+        "strides": strides,
+    }
+    fast = (
+        xp is np
+        and X.__class__ is np.ndarray
+        and X.ndim == 4
+        and X.dtype in (np.float32, np.float64)
+        and W1.ndim == 4
+        and W1.shape[2:] == (1, 1)
+        and W1.shape[1] == X.shape[1]
+        and W.ndim == 4
+        and W.shape[1] == 1
+        and group == W.shape[0] == W1.shape[0]
+        and (B1 is None or B1.shape == (W1.shape[0],))
+        and (B is None or B.shape == (W.shape[0],))
+        and (kernel_shape is None or list(kernel_shape) == list(W.shape[2:]))
+        and all(d == 1 for d in dilations or [1, 1])
+        and X.shape[0] * X.shape[2] * X.shape[3] > 0
+    )
+    if fast:
+        begin, _, out = geometry(X.shape[2:], W.shape[2:], strides, dilations, pads, auto_pad)
+        fast = out[0] > 0 and out[1] > 0
+    if not fast:
+        y = fused_conv(xp, X, W1, B1, activation=activation1, activation_params=activation1_params, ctx=ctx)
+        return fused_conv(
+            xp, y, W, B, **conv_attrs, activation=activation, activation_params=activation_params, ctx=ctx
+        )
+    dt = X.dtype
+    kh, kw = W.shape[2:]
+    st = list(strides or [1, 1])
+    m = W.shape[0]
+    check_alloc([st[0] * (out[0] - 1) + kh, st[1] * (out[1] - 1) + kw, m], dt, ctx, "PointwiseDepthwiseConv (padded)")
+    check_alloc([X.shape[0], m, *out], dt, ctx, "PointwiseDepthwiseConv (output)")
+    w1b1 = derived(
+        (W1,) if B1 is None else (W1, B1), ("pointwise-augmented-T", np.dtype(dt).str), lambda: _augmented_t(W1, B1, dt)
+    )
+    return pointwise_depthwise_channels_last(
+        X,
+        w1b1,
+        _epilogue(xp, activation1, activation1_params),
+        W.astype(dt, copy=False),
+        None if B is None else B.astype(dt, copy=False),
+        begin,
+        out,
+        st,
+        _epilogue(xp, activation, activation_params),
+    )
+
+
+def _augmented_t(w1: np.ndarray, b1: np.ndarray | None, dt: np.dtype) -> np.ndarray:
+    """[W1^T ; b1] as a contiguous (C + 1, M) matrix (b1 = 0 when absent)."""
+    m, c = w1.shape[:2]
+    wb = np.zeros((c + 1, m), dtype=dt)
+    wb[:c] = w1.reshape(m, c).T
+    if b1 is not None:
+        wb[c] = b1
+    return wb
+
+
+def _epilogue(xp: Any, activation: str, params: list[float] | None) -> Callable[[Any], None] | None:
+    if not activation:
+        return None
+    if activation not in _IN_PLACE_ACTIVATIONS:
+        raise ValueError(f"activation '{activation}' cannot be applied in place by PointwiseDepthwiseConv")
+    values = params or []
+
+    def activate(block: Any) -> None:
+        apply_activation(xp, block, activation, values)
+
+    return activate
 
 
 @op("ChannelAffine", 1, domain=DOMAIN)

@@ -18,6 +18,7 @@ from .passes import (
     fuse_activation,
     fuse_attention,
     fuse_patterns,
+    fuse_pointwise_depthwise,
     memoize_shapes,
     relu_after_pool,
 )
@@ -35,6 +36,7 @@ EXTENDED: list[Pass] = [
     fuse_patterns.run,
     fuse_attention.run,
     relu_after_pool.run,
+    fuse_pointwise_depthwise.run,
 ]
 LAYOUT: list[Pass] = []
 # Run once at the end (extended level, host sessions): they wrap what the others left.
