@@ -270,6 +270,23 @@ def fused_matmul(
     return apply_activation(xp, y, activation, activation_params or [])
 
 
+@op("PackedMatMul", 1, domain=DOMAIN)
+def packed_matmul(xp: Any, A: Any, B: Any, bias: Any = None, *, splits: list[int]) -> tuple[Any, ...]:  # noqa: N803
+    """A @ B (+ bias) once, returned as column slices of ``splits`` widths: the products of A
+    with each of the weights packed side by side in B (optimizer/passes/pack_matmuls.py)."""
+    if sum(splits) != B.shape[-1] or any(s <= 0 for s in splits):
+        raise ValueError(f"splits {list(splits)} must be positive and add up to B's {B.shape[-1]} columns")
+    y = xp.matmul(A, B)
+    if bias is not None:
+        y += bias
+    parts = []
+    start = 0
+    for width in splits:
+        parts.append(y[..., start : start + width])
+        start += width
+    return tuple(parts)
+
+
 @op("Gelu", 1, domain=DOMAIN)
 def fused_gelu(xp: Any, X: Any) -> Any:  # noqa: N803
     """x * 0.5 * (1 + erf(x / sqrt(2))), from an exporter's decomposed pattern."""

@@ -20,6 +20,7 @@ from .passes import (
     fuse_patterns,
     fuse_pointwise_depthwise,
     memoize_shapes,
+    pack_matmuls,
     relu_after_pool,
 )
 
@@ -37,6 +38,7 @@ EXTENDED: list[Pass] = [
     fuse_attention.run,
     relu_after_pool.run,
     fuse_pointwise_depthwise.run,
+    pack_matmuls.run,
 ]
 LAYOUT: list[Pass] = []
 # Run once at the end (extended level, host sessions): they wrap what the others left.

@@ -1,0 +1,118 @@
+"""optimizer/passes/pack_matmuls.py and PackedMatMul: products of one input with several constant
+weights become one GEMM whose column slices are the results, with unchanged values."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxpy
+from onnxpy.ops.fused import packed_matmul
+from onnxpy.optimizer.manager import optimize
+from onnxpy.runtime.compile import build_graph
+from tests.helpers import make_model, vinfo
+
+F = TensorProto.FLOAT
+
+
+def _model(
+    *, runtime_weight: bool = False, activation: bool = False, dtype: int = F, extra_readers: bool = False
+) -> onnx.ModelProto:
+    """x (2, 5, 8) times wq/wk/wv (+ biases) and a bias-free wo; optionally one weight fed as an
+    input, a ReLU after the query product, float64, or in-place-able readers of the results."""
+    rng = np.random.default_rng(1)
+    np_dt = np.float32 if dtype == F else np.float64
+    inits = {n: rng.standard_normal((8, c)).astype(np_dt) for n, c in (("wq", 6), ("wk", 6), ("wv", 4), ("wo", 3))}
+    inits.update({f"b{n[1]}": rng.standard_normal(inits[n].shape[1]).astype(np_dt) for n in ("wq", "wk", "wv")})
+    inputs = [vinfo("x", dtype, [2, 5, 8])]
+    if runtime_weight:
+        del inits["wv"]
+        inputs.append(vinfo("wv", dtype, [8, 4]))
+    nodes = []
+    outs = []
+    for n in ("q", "k", "v"):
+        nodes += [
+            helper.make_node("MatMul", ["x", f"w{n}"], [f"{n}0"]),
+            helper.make_node("Add", [f"{n}0", f"b{n}"], [n]),
+        ]
+        outs.append(n)
+    nodes.append(helper.make_node("MatMul", ["x", "wo"], ["o"]))
+    outs.append("o")
+    if activation:
+        nodes.append(helper.make_node("Relu", ["q"], ["qr"]))
+        outs[0] = "qr"
+    if extra_readers:
+        # Add may write in place; its input is a slice of the packed product, so it must not.
+        nodes.append(helper.make_node("Add", ["q", "q"], ["qq"]))
+        nodes.append(helper.make_node("Neg", ["k"], ["kn"]))
+        outs += ["qq", "kn"]
+    return make_model(nodes, inputs, [vinfo(o, dtype, None) for o in outs], initializers=inits)
+
+
+def _ops(model: onnx.ModelProto) -> dict[str, int]:
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    return dict(collections.Counter(n.op_type for n in graph.nodes))
+
+
+def _check(model: onnx.ModelProto) -> None:
+    rng = np.random.default_rng(2)
+    dtype = np.float64 if model.graph.input[0].type.tensor_type.elem_type == TensorProto.DOUBLE else np.float32
+    feeds = {"x": rng.standard_normal((2, 5, 8)).astype(dtype)}
+    if len(model.graph.input) > 1:
+        feeds["wv"] = rng.standard_normal((8, 4)).astype(dtype)
+    data = model.SerializeToString()
+    plain_opts = onnxpy.SessionOptions()
+    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    got = onnxpy.InferenceSession(data).run(None, feeds)
+    plain = onnxpy.InferenceSession(data, plain_opts).run(None, feeds)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, p, w in zip(got, plain, want):
+        assert g.shape == w.shape and g.flags.c_contiguous
+        np.testing.assert_allclose(g, p, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_products_of_one_input_are_packed() -> None:
+    model = _model()
+    assert _ops(model) == {"PackedMatMul": 1}
+    _check(model)
+
+
+def test_results_stay_intact_under_in_place_readers() -> None:
+    model = _model(extra_readers=True)
+    assert _ops(model)["PackedMatMul"] == 1
+    _check(model)
+
+
+def test_a_fused_activation_leaves_that_product_out() -> None:
+    model = _model(activation=True)
+    assert _ops(model) == {"PackedMatMul": 1, "FusedMatMul": 1}
+    _check(model)
+
+
+def test_a_weight_fed_at_run_time_leaves_that_product_out() -> None:
+    model = _model(runtime_weight=True)
+    ops = _ops(model)
+    assert ops["PackedMatMul"] == 1 and ops["MatMul"] + ops.get("FusedMatMul", 0) == 1, ops
+    _check(model)
+
+
+def test_float64_is_left_alone() -> None:
+    model = _model(dtype=TensorProto.DOUBLE)
+    assert "PackedMatMul" not in _ops(model)
+    _check(model)
+
+
+def test_kernel_checks_its_splits() -> None:
+    a = np.ones((2, 3), np.float32)
+    b = np.ones((3, 5), np.float32)
+    q, k = packed_matmul(np, a, b, None, splits=[2, 3])
+    assert q.shape == (2, 2) and k.shape == (2, 3) and np.all(k == 3)
+    with pytest.raises(ValueError, match="add up to B's 5 columns"):
+        packed_matmul(np, a, b, None, splits=[2, 2])
