@@ -102,6 +102,10 @@ CONV_CASES = [
     ("im2col_asymmetric_pads", (1, 2, 6, 6), (3, 2, 2, 3), 1, [1, 1], [0, 2, 3, 1], [1, 1]),
     ("padded_width_dilated_grouped", (2, 8, 10, 9), (6, 4, 3, 2), 2, [1, 1], [2, 1, 0, 3], [2, 3]),
     ("padded_width_no_pad", (1, 5, 6, 7), (3, 5, 2, 2), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
+    # At most a quarter as many output as input channels: one GEMM per kernel tap.
+    ("tap_sum", (2, 16, 9, 8), (4, 16, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
+    ("tap_sum_dilated_asymmetric", (1, 20, 10, 9), (5, 20, 3, 2), 1, [1, 1], [2, 0, 1, 3], [2, 3]),
+    ("tap_sum_unpadded_5x5", (2, 12, 8, 9), (3, 12, 5, 5), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     ("winograd_f4", (2, 64, 27, 29), (64, 64, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f4_odd_asymmetric", (1, 64, 29, 27), (72, 64, 3, 3), 1, [1, 1], [0, 1, 2, 0], [1, 1]),
     ("winograd_f2", (2, 192, 7, 9), (192, 192, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
@@ -372,7 +376,14 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
     calls: list[str] = []
     originals = {
         name: getattr(conv_mod, name)
-        for name in ("_winograd", "_conv2d_padded_width", "_im2col_gemm", "_depthwise", "depthwise_channels_last")
+        for name in (
+            "_winograd",
+            "_conv2d_padded_width",
+            "_conv2d_tap_sum",
+            "_im2col_gemm",
+            "_depthwise",
+            "depthwise_channels_last",
+        )
     }
 
     def spy(name: str) -> Any:
@@ -389,7 +400,8 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         x = rng.standard_normal((1, 64, 6, 6)).astype(np.float32)
         big = rng.standard_normal((1, 64, 28, 28)).astype(np.float32)
         conv_mod.conv_nd(np, big, rng.standard_normal((64, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
-        conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # 8 < 16
+        conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # 8 <= 64/4
+        conv_mod.conv_nd(np, x, rng.standard_normal((24, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), strides=[2, 2])
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, strides=[2, 2])
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, pads=[1, 1, 1, 1])
@@ -401,6 +413,7 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
             setattr(conv_mod, name, fn)
     assert calls == [
         "_winograd",
+        "_conv2d_tap_sum",
         "_conv2d_padded_width",
         "_im2col_gemm",
         "depthwise_channels_last",
