@@ -180,7 +180,7 @@ def _conv_dispatch(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry) -> Any:
             return xp.matmul(wb, xs).reshape(n, m, *out)
         xs = x.reshape(n, group, cg, o)
         y = xp.matmul(w.reshape(group, mg, cg), xs).reshape(n, m, *out)
-    elif nd == 2 and group == 1 and all(s == 1 for s in strides) and 4 * m <= c:
+    elif nd == 2 and group == 1 and _tap_sum_pays(strides, c, m):
         return _conv2d_tap_sum(xp, x, w, begin, end, out, dilations, b)
     elif nd == 2 and group == 1 and (tile := _winograd_tile(k, strides, dilations, c, m, out)):
         return _winograd(xp, x, w, begin, out, tile, b)
@@ -261,6 +261,11 @@ def _conv2d_padded_width(
         else:
             xp.add(full, bias[g * mg : (g + 1) * mg].reshape(mg, 1, 1, 1), out=dst)
     return y
+
+
+def _tap_sum_pays(strides: list[int], c: int, m: int) -> bool:
+    """Whether ``_conv2d_tap_sum`` beats im2col and Winograd: stride 1 and M <= C/4."""
+    return all(s == 1 for s in strides) and 4 * m <= c
 
 
 def _conv2d_tap_sum(
