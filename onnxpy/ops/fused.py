@@ -131,6 +131,8 @@ def pointwise_depthwise_conv(
     *,
     activation1: str = "",
     activation1_params: list[float] | None = None,
+    group1: int = 1,
+    shuffle_groups1: int = 0,
     auto_pad: str = "NOTSET",
     dilations: list[int] | None = None,
     group: int = 1,
@@ -144,7 +146,13 @@ def pointwise_depthwise_conv(
     """FusedConv(FusedConv(X, W1, B1, activation1), W, B, activation): a 1x1 convolution and
     the depthwise convolution that alone reads it (optimizer/passes/fuse_pointwise_depthwise.py).
     On numpy the 1x1 GEMM writes the depthwise layer's zero-bordered input directly (see
-    ``pointwise_depthwise_channels_last``); elsewhere the two run one after the other."""
+    ``pointwise_depthwise_channels_last``); elsewhere the two run one after the other.
+
+    ``group1`` and ``shuffle_groups1`` are the 1x1 convolution's group count and channel
+    shuffle (FusedConv's ``shuffle_groups``). On the fast path a grouped 1x1 convolution runs as
+    one dense GEMM with block-diagonal weights, its columns in shuffled order: g times the
+    multiply-adds of the grouped form, but one BLAS call instead of g narrow ones, writing the
+    depthwise layer's channels-last input directly (ShuffleNet's units)."""
     conv_attrs = {
         "auto_pad": auto_pad,
         "dilations": dilations,
@@ -160,7 +168,10 @@ def pointwise_depthwise_conv(
         and X.dtype in (np.float32, np.float64)
         and W1.ndim == 4
         and W1.shape[2:] == (1, 1)
-        and W1.shape[1] == X.shape[1]
+        and group1 >= 1
+        and W1.shape[1] * group1 == X.shape[1]
+        and W1.shape[0] % group1 == 0
+        and (shuffle_groups1 == 0 or (shuffle_groups1 > 0 and W1.shape[0] % shuffle_groups1 == 0))
         and W.ndim == 4
         and W.shape[1] == 1
         and group == W.shape[0] == W1.shape[0]
@@ -174,7 +185,17 @@ def pointwise_depthwise_conv(
         begin, _, out = geometry(X.shape[2:], W.shape[2:], strides, dilations, pads, auto_pad)
         fast = out[0] > 0 and out[1] > 0
     if not fast:
-        y = fused_conv(xp, X, W1, B1, activation=activation1, activation_params=activation1_params, ctx=ctx)
+        y = fused_conv(
+            xp,
+            X,
+            W1,
+            B1,
+            group=group1,
+            shuffle_groups=shuffle_groups1,
+            activation=activation1,
+            activation_params=activation1_params,
+            ctx=ctx,
+        )
         return fused_conv(
             xp, y, W, B, **conv_attrs, activation=activation, activation_params=activation_params, ctx=ctx
         )
@@ -185,7 +206,9 @@ def pointwise_depthwise_conv(
     check_alloc([st[0] * (out[0] - 1) + kh, st[1] * (out[1] - 1) + kw, m], dt, ctx, "PointwiseDepthwiseConv (padded)")
     check_alloc([X.shape[0], m, *out], dt, ctx, "PointwiseDepthwiseConv (output)")
     w1b1 = derived(
-        (W1,) if B1 is None else (W1, B1), ("pointwise-augmented-T", np.dtype(dt).str), lambda: _augmented_t(W1, B1, dt)
+        (W1,) if B1 is None else (W1, B1),
+        ("pointwise-augmented-T", np.dtype(dt).str, group1, shuffle_groups1),
+        lambda: _augmented_t(W1, B1, dt, group1, shuffle_groups1),
     )
     return pointwise_depthwise_channels_last(
         X,
@@ -200,13 +223,20 @@ def pointwise_depthwise_conv(
     )
 
 
-def _augmented_t(w1: np.ndarray, b1: np.ndarray | None, dt: np.dtype) -> np.ndarray:
-    """[W1^T ; b1] as a contiguous (C + 1, M) matrix (b1 = 0 when absent)."""
-    m, c = w1.shape[:2]
-    wb = np.zeros((c + 1, m), dtype=dt)
-    wb[:c] = w1.reshape(m, c).T
+def _augmented_t(w1: np.ndarray, b1: np.ndarray | None, dt: np.dtype, group: int, shuffle: int) -> np.ndarray:
+    """[W1^T ; b1] as a contiguous (C + 1, M) matrix (b1 = 0 when absent); for a grouped W1
+    block-diagonal, and with ``shuffle`` its columns in channel-shuffled order."""
+    m, cg = w1.shape[:2]
+    mg = m // group
+    wb = np.zeros((cg * group + 1, m), dtype=dt)
+    for g in range(group):
+        wb[g * cg : (g + 1) * cg, g * mg : (g + 1) * mg] = w1[g * mg : (g + 1) * mg].reshape(mg, cg).T
     if b1 is not None:
-        wb[c] = b1
+        wb[-1] = b1
+    if shuffle:
+        # Output channel a * M/s + j goes to j * s + a (FusedConv's shuffle_groups).
+        source = np.arange(m).reshape(shuffle, m // shuffle).T.reshape(-1)
+        wb = np.ascontiguousarray(wb[:, source])
     return wb
 
 

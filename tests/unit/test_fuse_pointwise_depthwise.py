@@ -35,6 +35,7 @@ def _model(
     biases: bool = True,
     fetch_mid: bool = False,
     lead_depthwise: bool = False,
+    shuffle: bool = False,
 ) -> onnx.ModelProto:
     rng = np.random.default_rng(7)
     inits: dict[str, np.ndarray] = {
@@ -65,6 +66,17 @@ def _model(
         else:
             nodes.append(helper.make_node(op, ["e"], ["a"], **attrs))
         mid = "a"
+    if shuffle:
+        # ShuffleNet's channel shuffle over the 1x1 convolution's groups (folded into it).
+        n, _, h, w = shape
+        inits["split"] = np.array([n, pw_group, C_MID // pw_group, h, w], np.int64)
+        inits["merge"] = np.array([n, C_MID, h, w], np.int64)
+        nodes += [
+            helper.make_node("Reshape", [mid, "split"], ["s5"]),
+            helper.make_node("Transpose", ["s5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+            helper.make_node("Reshape", ["t5", "merge"], ["shuffled"]),
+        ]
+        mid = "shuffled"
     dw_in = [mid, "w2", "b2"] if biases else [mid, "w2"]
     nodes.append(helper.make_node("Conv", dw_in, ["d"], group=C_MID, **(dw_attrs or {"pads": [1, 1, 1, 1]})))
     out = "d"
@@ -128,6 +140,18 @@ def test_depthwise_geometries(dw_attrs: dict[str, Any], kernel: tuple[int, int],
     _check(model, shape)
 
 
+@pytest.mark.parametrize("groups", [2, 4])
+@pytest.mark.parametrize("shuffle", [False, True], ids=["plain", "shuffled"])
+def test_grouped_pointwise_runs_as_one_block_diagonal_gemm(groups: int, shuffle: bool) -> None:
+    model = _model(pw_group=groups, shuffle=shuffle)
+    assert _ops(model) == {"PointwiseDepthwiseConv": 1}
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    attrs = graph.nodes[0].attrs
+    assert attrs["group1"] == groups and attrs.get("shuffle_groups1", 0) == (groups if shuffle else 0)
+    _check(model)
+
+
 def test_no_biases_and_no_trailing_activation() -> None:
     model = _model(biases=False, dw_act=False)
     assert _ops(model) == {"PointwiseDepthwiseConv": 1}
@@ -160,13 +184,12 @@ def test_the_fused_intermediate_can_still_be_fetched() -> None:
         {"act": ("Sigmoid", {})},  # sigmoid(0) = 0.5: the border would not stay 0
         {"act": ("HardSigmoid", {})},
         {"act": ("Clip", {"lo": 0.5, "hi": 6.0})},  # the range excludes 0
-        {"pw_group": 2},
         {"pw_attrs": {"strides": [2, 2]}},
         {"pw_attrs": {"pads": [1, 1, 1, 1]}},
         {"fetch_mid": True},  # the intermediate is a graph output
         {"dw_attrs": {"pads": [2, 2, 2, 2], "dilations": [2, 2]}},
     ],
-    ids=["sigmoid", "hardsigmoid", "clip-above-0", "grouped-1x1", "strided-1x1", "padded-1x1", "mid-output", "dilated"],
+    ids=["sigmoid", "hardsigmoid", "clip-above-0", "strided-1x1", "padded-1x1", "mid-output", "dilated"],
 )
 def test_near_misses_stay_unfused(kwargs: dict[str, Any]) -> None:
     model = _model(**kwargs)
@@ -185,20 +208,24 @@ def test_depthwise_reading_something_else_too() -> None:
     _check(model)
 
 
-def test_kernel_fallback_matches_the_fast_path() -> None:
-    """Where the fast path does not apply (here float64 weights with a float16 input), the kernel
-    runs the two convolutions one after the other; both give the composition's numbers."""
+@pytest.mark.parametrize("group1,shuffle", [(1, 0), (2, 2), (4, 2)])
+def test_kernel_fallback_matches_the_fast_path(group1: int, shuffle: int) -> None:
+    """Where the fast path does not apply (here a float16 input), the kernel runs the two
+    convolutions one after the other; both give the composition's numbers."""
     rng = np.random.default_rng(11)
     x = rng.standard_normal((2, 4, 7, 6)).astype(np.float32)
-    w1 = rng.standard_normal((8, 4, 1, 1)).astype(np.float32)
+    w1 = rng.standard_normal((8, 4 // group1, 1, 1)).astype(np.float32)
     b1 = rng.standard_normal(8).astype(np.float32)
     w2 = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
     b2 = rng.standard_normal(8).astype(np.float32)
     attrs: dict[str, Any] = {"group": 8, "pads": [1, 0, 1, 2], "strides": [2, 1]}
-    mid = fused_conv(np, x, w1, b1, activation="Clip", activation_params=[0.0, 6.0])
+    pw: dict[str, Any] = {"group1": group1, "shuffle_groups1": shuffle}
+    mid = fused_conv(
+        np, x, w1, b1, group=group1, shuffle_groups=shuffle, activation="Clip", activation_params=[0.0, 6.0]
+    )
     want = fused_conv(np, mid, w2, b2, **attrs, activation="Relu")
     fast = pointwise_depthwise_conv(
-        np, x, w1, b1, w2, b2, activation1="Clip", activation1_params=[0.0, 6.0], activation="Relu", **attrs
+        np, x, w1, b1, w2, b2, activation1="Clip", activation1_params=[0.0, 6.0], activation="Relu", **attrs, **pw
     )
     slow = pointwise_depthwise_conv(
         np,
@@ -211,6 +238,7 @@ def test_kernel_fallback_matches_the_fast_path() -> None:
         activation1_params=[0.0, 6.0],
         activation="Relu",
         **attrs,
+        **pw,
     )
     np.testing.assert_allclose(fast, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(slow, want, rtol=2e-2, atol=2e-2)

@@ -9,8 +9,9 @@ pointwise_depthwise_conv).
 
 Fused when, in float32 with static weight shapes:
 
-- the 1x1 convolution has group 1, stride 1, no padding, no residual input and no channel
-  shuffle, and an activation f with f(0) = 0 (none, Relu, LeakyRelu, Tanh, HardSwish, or Clip
+- the 1x1 convolution has stride 1, no padding, no residual input, at most 8 groups (a grouped
+  one, with or without ShuffleNet's channel shuffle, becomes one dense GEMM with block-diagonal
+  weights) and an activation f with f(0) = 0 (none, Relu, LeakyRelu, Tanh, HardSwish, or Clip
   whose range holds 0), since the border must stay 0 after it;
 - its output is read by the depthwise convolution alone (group = channels, one input channel
   per group, a 2-D kernel larger than 1x1, dilation 1, no residual input, no shuffle).
@@ -29,9 +30,22 @@ from .fuse_activation import CONV_ATTRS, activation_of
 _ZERO_PRESERVING = frozenset({"", "Relu", "LeakyRelu", "Tanh", "HardSwish", "Clip"})
 
 
+# A grouped 1x1 convolution runs as a dense GEMM with block-diagonal weights: g times the
+# multiply-adds, still cheap next to the g narrow GEMMs and the copies it saves for small g.
+MAX_POINTWISE_GROUPS = 8
+# ... and only on few input channels: in ShuffleNet the dense form paid off for its first unit
+# (24 input channels, the stride-2 depthwise's input no longer transposed) and lost on the
+# later ones (136 and more input channels): -5% on the model when fused everywhere.
+MAX_GROUPED_INPUT_CHANNELS = 64
+
+
+def _no_residual(conv: Node) -> bool:
+    return not (len(conv.inputs) > 3 and conv.inputs[3])
+
+
 def _plain(conv: Node) -> bool:
     """No residual input and no shuffle: the convolution's output is the convolution."""
-    return not (len(conv.inputs) > 3 and conv.inputs[3]) and not conv.attrs.get("shuffle_groups")
+    return _no_residual(conv) and not conv.attrs.get("shuffle_groups")
 
 
 def _zero_preserving(conv: Node) -> bool:
@@ -48,7 +62,10 @@ def _pointwise(graph: Graph, conv: Node) -> bool:
     w = graph.shape(conv.inputs[1])
     if w is None or len(w) != 4 or w[2:] != [1, 1] or not all(isinstance(d, int) for d in w):
         return False
-    if int(conv.attrs.get("group", 1)) != 1:
+    groups = int(conv.attrs.get("group", 1))
+    if not 1 <= groups <= MAX_POINTWISE_GROUPS:
+        return False
+    if groups > 1 and w[1] * groups > MAX_GROUPED_INPUT_CHANNELS:
         return False
     if any(int(s) != 1 for s in conv.attrs.get("strides", []) or []):
         return False
@@ -70,7 +87,7 @@ def run(graph: Graph) -> bool:
     sweep = Sweep(graph)
     uses = sweep.uses
     for pw in list(graph.nodes):
-        if not is_conv(pw) or not sweep.fresh(pw) or not _plain(pw) or not _zero_preserving(pw):
+        if not is_conv(pw) or not sweep.fresh(pw) or not _no_residual(pw) or not _zero_preserving(pw):
             continue
         if graph.elem_type(pw.inputs[0]) != 1 or not _pointwise(graph, pw):
             continue
@@ -87,6 +104,10 @@ def run(graph: Graph) -> bool:
         if not dw.attrs.get("activation") and after is not None and activation_of(graph, after) is not None:
             continue
         attrs = {k: v for k, v in dw.attrs.items() if k in (*CONV_ATTRS, "activation", "activation_params")}
+        if int(pw.attrs.get("group", 1)) > 1:
+            attrs["group1"] = int(pw.attrs["group"])
+        if pw.attrs.get("shuffle_groups"):
+            attrs["shuffle_groups1"] = int(pw.attrs["shuffle_groups"])
         if pw.attrs.get("activation"):
             attrs["activation1"] = pw.attrs["activation"]
             if pw.attrs.get("activation_params"):
