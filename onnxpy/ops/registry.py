@@ -138,3 +138,26 @@ class NodeContext:
     implicit_inputs: tuple[str, ...] = ()
     # Session-level facts kernels may need (provider name, config entries, byte budget...).
     session: Any = None
+    # Per-node results a kernel derives from input shapes alone (checked geometry, chosen
+    # path), so later runs with the same shapes skip the work; see ``memoized``.
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+# Distinct keys remembered per node before its memo starts afresh (dynamic shapes).
+MEMO_ENTRIES = 16
+
+
+def memoized(ctx: Any, key: Any, compute: Callable[[], Any]) -> Any:
+    """``compute()``, remembered in the node's ``ctx.memo`` under ``key`` (no ctx: computed each
+    call). Only for results that depend on nothing but ``key`` and the node's attributes, and
+    are immutable; exceptions are not remembered, so invalid inputs raise every time."""
+    memo = getattr(ctx, "memo", None)
+    if memo is None or key is None:
+        return compute()
+    hit = memo.get(key)
+    if hit is None:
+        hit = compute()
+        if len(memo) >= MEMO_ENTRIES:
+            memo.clear()
+        memo[key] = hit
+    return hit

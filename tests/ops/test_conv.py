@@ -7,6 +7,7 @@ import itertools
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
@@ -443,3 +444,29 @@ def test_bias_augmented_weights_follow_changes_to_writable_weights() -> None:
     again = [conv_mod.conv_nd(np, x, w_const, b_const) for _ in range(2)]
     np.testing.assert_array_equal(again[0], again[1])
     np.testing.assert_allclose(again[0], second, rtol=1e-6)
+
+
+def test_one_session_follows_changing_input_shapes() -> None:
+    """The per-node geometry memo is keyed by input shapes: alternating sizes stay right, and a
+    shape that fails keeps failing (nothing about it is remembered)."""
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["X", "W"], ["Y"], pads=[1, 0, 1, 0], strides=[2, 1])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(w, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    ours = onnxpy.InferenceSession(data)
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for shape in [(1, 3, 9, 8), (2, 3, 5, 11), (1, 3, 9, 8), (3, 3, 4, 4), (2, 3, 5, 11)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        _close(ours.run(None, {"X": x})[0], theirs.run(None, {"X": x})[0])
+    for _ in range(2):
+        with pytest.raises(onnxpy.OnnxpyError, match="larger than the padded input"):
+            ours.run(None, {"X": rng.standard_normal((1, 3, 9, 1)).astype(np.float32)})

@@ -115,3 +115,36 @@ def test_provider_specific_kernel_wins_for_its_provider_only() -> None:
 
     assert registry.resolve(dom, "P", 5, "CPUExecutionProvider").fn is generic
     assert registry.resolve(dom, "P", 5, "CUDAExecutionProvider").fn is cuda_only
+
+
+def _ctx() -> registry.NodeContext:
+    return registry.NodeContext("n", "Conv", "", 17, 2, 1, (True,), (1, 1), (1,), ((), ()), ((),))
+
+
+def test_memoized_remembers_per_key_and_not_failures() -> None:
+    ctx = _ctx()
+    calls: list[int] = []
+
+    def compute(v: int) -> int:
+        calls.append(v)
+        if v < 0:
+            raise ValueError("negative")
+        return v * 2
+
+    assert registry.memoized(ctx, 3, lambda: compute(3)) == 6
+    assert registry.memoized(ctx, 3, lambda: compute(3)) == 6
+    assert registry.memoized(ctx, 4, lambda: compute(4)) == 8
+    assert calls == [3, 4]
+    for _ in range(2):  # an invalid input raises every time: failures are not remembered
+        with pytest.raises(ValueError, match="negative"):
+            registry.memoized(ctx, -1, lambda: compute(-1))
+    assert calls == [3, 4, -1, -1]
+    assert registry.memoized(None, 3, lambda: compute(3)) == 6  # no context: no memo
+    assert calls[-1] == 3
+
+
+def test_memoized_starts_afresh_past_its_size() -> None:
+    ctx = _ctx()
+    for k in range(registry.MEMO_ENTRIES + 5):
+        registry.memoized(ctx, k, lambda k=k: k)
+    assert 0 < len(ctx.memo) <= registry.MEMO_ENTRIES
