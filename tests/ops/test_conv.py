@@ -109,8 +109,10 @@ CONV_CASES = [
     ("tap_sum_unpadded_5x5", (2, 12, 8, 9), (3, 12, 5, 5), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     ("winograd_f4", (2, 64, 27, 29), (64, 64, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f4_odd_asymmetric", (1, 64, 29, 27), (72, 64, 3, 3), 1, [1, 1], [0, 1, 2, 0], [1, 1]),
-    ("winograd_f2", (2, 192, 7, 9), (192, 192, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
-    ("winograd_f2_unpadded_odd", (1, 200, 8, 9), (96, 200, 3, 3), 1, [1, 1], [0, 2, 1, 0], [1, 1]),
+    ("winograd_f2", (2, 192, 10, 11), (192, 192, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
+    ("winograd_f2_unpadded_odd", (1, 400, 8, 9), (96, 400, 3, 3), 1, [1, 1], [0, 2, 1, 0], [1, 1]),
+    # A narrow map (output width < 10): plain im2col rather than the padded width.
+    ("im2col_narrow", (2, 6, 7, 7), (5, 6, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("conv1d", (2, 4, 17), (6, 2, 4), 2, [3], [2, 1], [2]),
     ("conv3d", (1, 4, 5, 6, 7), (4, 2, 2, 3, 2), 2, [1, 2, 1], [1, 0, 1, 0, 1, 1], [2, 1, 1]),
     ("depthwise_3d", (1, 3, 4, 5, 6), (3, 1, 2, 2, 2), 3, [1, 1, 2], [0, 1, 0, 1, 0, 1], [1, 2, 1]),
@@ -371,6 +373,8 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [56, 56]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 32, [28, 28]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 512, 512, [7, 7]) == 2
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 256, 256, [7, 7]) == 0  # small map: im2col
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 256, 256, [10, 10]) == 2
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [7, 9]) == 0  # small map, few channels
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 16, 64, [55, 55]) == 0  # M > 2C: direct GEMM
     assert conv_mod._winograd_tile([3, 3], [2, 2], [1, 1], 256, 256, [7, 7]) == 0
@@ -402,7 +406,9 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         big = rng.standard_normal((1, 64, 28, 28)).astype(np.float32)
         conv_mod.conv_nd(np, big, rng.standard_normal((64, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # 8 <= 64/4
-        conv_mod.conv_nd(np, x, rng.standard_normal((24, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
+        conv_mod.conv_nd(np, x, rng.standard_normal((24, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # narrow
+        wide = rng.standard_normal((1, 64, 6, 12)).astype(np.float32)
+        conv_mod.conv_nd(np, wide, rng.standard_normal((24, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), strides=[2, 2])
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, strides=[2, 2])
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, pads=[1, 1, 1, 1])
@@ -415,6 +421,7 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
     assert calls == [
         "_winograd",
         "_conv2d_tap_sum",
+        "_im2col_gemm",
         "_conv2d_padded_width",
         "_im2col_gemm",
         "depthwise_channels_last",
