@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._derived import derived
+from ._spatial import strided_view
 
 # Output values per block for the bias and activation passes (128 KiB of float32: in L2).
 _BLOCK_VALUES = 32768
@@ -152,16 +153,11 @@ def _depthwise_image(
     # All taps as one strided view of the padded image, summed by one einsum: a fused
     # multiply-add pass. At stride 1 a tap's output row is one run of ow*c values.
     if sw == 1:
-        taps = np.lib.stride_tricks.as_strided(
-            p, (kh, kw, oh, row), (cols * c * item, c * item, sh * cols * c * item, item), writeable=False
-        )
+        taps = strided_view(p, (kh, kw, oh, row), (cols * c * item, c * item, sh * cols * c * item, item))
         np.einsum("uvrl,uvl->rl", taps, weights, out=yi)
     else:
-        taps = np.lib.stride_tricks.as_strided(
-            p,
-            (kh, kw, oh, ow, c),
-            (cols * c * item, c * item, sh * cols * c * item, sw * c * item, item),
-            writeable=False,
+        taps = strided_view(
+            p, (kh, kw, oh, ow, c), (cols * c * item, c * item, sh * cols * c * item, sw * c * item, item)
         )
         np.einsum("uvrqc,uvqc->rqc", taps, weights.reshape(kh, kw, ow, c), out=y)
     if bias is not None or epilogue is not None:

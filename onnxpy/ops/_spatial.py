@@ -121,8 +121,19 @@ def windows_view(
     shape = (*x.shape[:2], *out_sizes, *kernel)
     strides_ = (*st[:2], *(st[2 + i] * strides[i] for i in range(nd)), *(st[2 + i] * dilations[i] for i in range(nd)))
     if xp is np:
-        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides_, writeable=False)
+        return strided_view(x, shape, strides_)
     return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides_)
+
+
+def strided_view(x: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """A read-only view of host array ``x`` with the given shape and strides (in bytes), which
+    must stay inside ``x``. For a C-contiguous ``x`` it is built by the ndarray constructor
+    (0.3 us) rather than np.lib.stride_tricks.as_strided (3 us, through __array_interface__)."""
+    if x.size and x.flags.c_contiguous:
+        view = np.ndarray(shape, x.dtype, x, 0, strides)
+        view.flags.writeable = False
+        return view
+    return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, writeable=False)
 
 
 def col2im_add(

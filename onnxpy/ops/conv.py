@@ -13,7 +13,7 @@ import numpy as np
 from ._compat import check_alloc
 from ._depthwise import depthwise_channels_last, is_channels_last, tiled_rows
 from ._derived import derived
-from ._spatial import geometry, pad_input, window_slices, windows_view
+from ._spatial import geometry, pad_input, strided_view, window_slices, windows_view
 from .registry import memoized, op
 
 
@@ -371,7 +371,7 @@ def _per_tap(xp: Any, w: Any, dtype: Any) -> Any:
 
 def _as_strided(xp: Any, x: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
     if xp is np:
-        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, writeable=False)
+        return strided_view(x, shape, strides)
     return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
 
 
