@@ -238,6 +238,8 @@ def _separable_clipped(
         taps = _AxisTaps(ranges, base, others, kernel[a], strides[a], dilations[a], begin[a], out[a])
         acc = None
         if others and xp is np:
+            acc = _flat_subsampled_pass(cur, 2 + a, taps, combine)
+        if acc is None and others and xp is np:
             acc = _flat_pass(cur, 2 + a, taps, combine)
         if acc is None:
             acc = _axis_pass(xp, cur, 2 + a, taps, combine)
@@ -349,7 +351,14 @@ def _flat_pass(x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
     for j in others[1:]:
         lo, hi = span(j)
         combine(flat[lo:hi], tap(j, lo, hi), out=flat[lo:hi])
-    # Edge positions: recompute from the taps really inside the axis.
+    _fix_edges(acc, x, axis, taps, combine)
+    return acc
+
+
+def _fix_edges(acc: np.ndarray, x: np.ndarray, axis: int, taps: _AxisTaps, combine: Any) -> None:
+    """Recompute the output positions along ``axis`` where some tap lies outside the input (a
+    flat pass read across the axis's ends there) from the taps really inside."""
+    ranges, _base, others, k, s, d, b, o = taps
     edges = sorted({q for j in others for q in (*range(0, ranges[j][0]), *range(ranges[j][1], o))})
     lead = (slice(None),) * axis
     for q in edges:
@@ -358,6 +367,44 @@ def _flat_pass(x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
         dst[...] = x[(*lead, q * s - b + valid[0] * d)]
         for j in valid[1:]:
             combine(dst, x[(*lead, q * s - b + j * d)], out=dst)
+
+
+# The subsampled pass moves twice the elements: it pays while they stay in L2. In-model,
+# light SqueezeNet's 96x54x109 (2.2 MB) pass made the model 19% slower.
+_SUBSAMPLED_MAX_BYTES = 1 << 20
+
+
+def _flat_subsampled_pass(x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
+    """The innermost axis's pass for strided windows of 3 taps or more: every tap combined at
+    stride 1 over the whole array as one flat line (contiguous loops, which numpy runs with
+    SIMD), then every s-th position kept, instead of one strided loop per tap. Twice the
+    elements per combine, but measured 5-25% faster on 3x3/2 max pools (64x112x112: 800 ->
+    595 us); slower for 2-tap windows, which keep the strided form. Positions whose window
+    crosses the axis's ends are recomputed (``_fix_edges``). None where it does not apply,
+    including arrays over _SUBSAMPLED_MAX_BYTES."""
+    ranges, base, others, k, s, d, b, o = taps
+    if axis != x.ndim - 1 or s == 1 or k < 3 or not x.flags.c_contiguous or not 0 < x.nbytes <= _SUBSAMPLED_MAX_BYTES:
+        return None
+    n = x.shape[axis]
+    src = x.reshape(-1)
+    total = src.size
+    offsets = [j * d - b for j in (base, *others)]
+    p0, p1 = max(0, -min(offsets)), total - max(0, max(offsets))  # every tap inside src
+    if p1 <= p0:
+        return None
+    line = np.empty(total, dtype=x.dtype)
+    span = line[p0:p1]
+    combine(src[p0 + offsets[0] : p1 + offsets[0]], src[p0 + offsets[1] : p1 + offsets[1]], out=span)
+    for off in offsets[2:]:
+        combine(span, src[p0 + off : p1 + off], out=span)
+    # Flat position row * n + q * s now holds the window of output q in that row.
+    shape = list(x.shape)
+    shape[axis] = o
+    acc = np.empty(shape, dtype=x.dtype)
+    item = line.itemsize
+    rows = total // n
+    acc.reshape(rows, o)[...] = np.ndarray((rows, o), x.dtype, line, 0, (n * item, s * item))
+    _fix_edges(acc, x, axis, taps, combine)
     return acc
 
 

@@ -290,6 +290,11 @@ GEOMETRIES = [
     ((13, 9), [3, 2], [1, 2], [2, 1], [2, 0, 2, 1]),
     ((10, 12), [3, 3], [3, 2], [1, 1], [0, 1, 2, 0]),
     ((7, 7), [3, 3], [1, 1], [1, 1], [2, 2, 2, 2]),
+    # Strided windows of 3+ taps on the innermost axis: a stride-1 flat pass, subsampled, with
+    # the windows crossing the axis's ends recomputed (pads, dilations, both ends).
+    ((9, 13), [3, 4], [2, 3], [1, 2], [1, 2, 0, 1]),
+    ((12, 11), [3, 3], [2, 2], [1, 1], [0, 1, 1, 1]),
+    ((8, 17), [1, 5], [1, 3], [1, 1], [0, 2, 0, 2]),
     ((20,), [4], [1], [1], [1, 2]),
     ((6, 7, 8), [3, 3, 3], [1, 1, 2], [1, 1, 1], [1, 1, 1, 1, 1, 1]),
 ]
@@ -329,3 +334,18 @@ def test_fast_pooling_paths_match_onnxruntime(
     if d == [1, 1]:
         for cip in (0, 1):
             _same(*_both("AveragePool", {"X": x}, kernel_shape=k, strides=s, pads=pads, count_include_pad=cip))
+
+
+def test_strided_innermost_pass_is_the_subsampled_flat_one() -> None:
+    """SqueezeNet's 3x3/2 max pool on 111x111 takes the subsampled flat pass (the geometry
+    tests above check its values); 2-tap windows keep the strided form."""
+    from onnxpy.ops import pool as P
+
+    x = np.random.default_rng(5).standard_normal((1, 2, 7, 111)).astype(np.float32)
+    three = P._AxisTaps([(0, 55), (0, 55), (0, 55)], 0, [1, 2], 3, 2, 1, 0, 55)
+    got = P._flat_subsampled_pass(x, 3, three, np.maximum)
+    assert got is not None
+    want = np.maximum(np.maximum(x[..., 0:109:2], x[..., 1:110:2]), x[..., 2:111:2])
+    np.testing.assert_array_equal(got, want)
+    two = P._AxisTaps([(0, 55), (0, 55)], 0, [1], 2, 2, 1, 0, 55)
+    assert P._flat_subsampled_pass(x, 3, two, np.maximum) is None
