@@ -41,8 +41,13 @@ def conv_nd(
     ctx: Any = None,
     epilogue: Callable[[Any], Any] | None = None,
     shuffle_groups: int = 0,
+    into: Any = None,
 ) -> Any:
     """N-D convolution in the compute dtype (see ``compute_dtype``); the caller casts back.
+
+    ``into``, a C-contiguous array of the output's shape and compute dtype, receives the result
+    (and is returned): the main paths have BLAS or their last pass write it directly, so a
+    concatenation of convolutions needs no copy (``ops/fused.py``, ConcatConv).
 
     ``shuffle_groups`` g > 0 returns the output channels in ShuffleNet's channel-shuffle order
     (channel a * M/g + j goes to j * g + a); a grouped 1x1 convolution with g groups writes
@@ -77,10 +82,15 @@ def conv_nd(
     bias = None if b is None else b.astype(cdt, copy=False)
     begin, _, out, k, strides, dilations, group = geo
     m = w.shape[0]
+    if into is not None and (into.shape != (x.shape[0], m, *out) or into.dtype != cdt):
+        raise ValueError(
+            f"Conv output buffer of shape {list(into.shape)} and {into.dtype} does not match the result "
+            f"({[x.shape[0], m, *out]}, {cdt})"
+        )
     if shuffle_groups:
         if shuffle_groups < 0 or m % shuffle_groups:
             raise ValueError(f"shuffle_groups {shuffle_groups} must divide the output channels ({m})")
-        return _conv_shuffled(xp, x, w, bias, geo, shuffle_groups, epilogue)
+        return _delivered(_conv_shuffled(xp, x, w, bias, geo, shuffle_groups, epilogue), into)
     nd = len(k)
     if (
         xp is np
@@ -91,11 +101,19 @@ def conv_nd(
         and dilations == [1, 1]
         and any(kk > 1 for kk in k)
     ):
-        return depthwise_channels_last(x, w, bias, begin, out, strides, epilogue)
-    y = _conv_dispatch(xp, x, w, bias, geo)
+        return _delivered(depthwise_channels_last(x, w, bias, begin, out, strides, epilogue), into)
+    y = _delivered(_conv_dispatch(xp, x, w, bias, geo, into), into)
     if epilogue is not None:
         epilogue(y)
     return y
+
+
+def _delivered(y: Any, into: Any) -> Any:
+    """``y``, copied into ``into`` unless it is ``into`` already (or there is none)."""
+    if into is None or y is into:
+        return y
+    into[...] = y
+    return into
 
 
 def _checked_geometry(
@@ -178,8 +196,9 @@ def _conv_shuffled(
     return res
 
 
-def _conv_dispatch(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry) -> Any:
-    """The convolution paths other than channels-last depthwise, in ``x``'s (compute) dtype."""
+def _conv_dispatch(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any = None) -> Any:
+    """The convolution paths other than channels-last depthwise, in ``x``'s (compute) dtype;
+    those that can write their result into ``into`` (see conv_nd) do."""
     begin, end, out, k, strides, dilations, group = geo
     nd = len(k)
     n, c = x.shape[:2]
@@ -223,16 +242,23 @@ def _conv_dispatch(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry) -> Any:
             xs[:, :cg].reshape(n, cg, *out)[...] = x  # one copy, even from a strided selection
             xs[:, cg] = 1
             wb = _bias_augmented(xp, w, b, cdt)
+            if into is not None:
+                xp.matmul(wb, xs, out=into.reshape(n, m, o))
+                return into
             return xp.matmul(wb, xs).reshape(n, m, *out)
         xs = x.reshape(n, group, cg, o)
-        y = xp.matmul(w.reshape(group, mg, cg), xs).reshape(n, m, *out)
+        if into is not None:
+            xp.matmul(w.reshape(group, mg, cg), xs, out=into.reshape(n, group, mg, o))
+            y = into
+        else:
+            y = xp.matmul(w.reshape(group, mg, cg), xs).reshape(n, m, *out)
     elif nd == 2 and group == 1 and _tap_sum_pays(strides, c, m):
-        return _conv2d_tap_sum(xp, x, w, begin, end, out, dilations, b)
+        return _conv2d_tap_sum(xp, x, w, begin, end, out, dilations, b, into)
     elif nd == 2 and group == 1 and (tile := _winograd_tile(k, strides, dilations, c, m, out)):
-        return _winograd(xp, x, w, begin, out, tile, b)
+        return _winograd(xp, x, w, begin, out, tile, b, into)
     elif nd == 2 and all(s == 1 for s in strides) and (cg > 1 or mg == 1) and (group > 1 or out[1] >= _NARROW):
         # Stride 1: each im2col row is one contiguous run of the padded input ("padded width").
-        return _conv2d_padded_width(xp, x, w, begin, end, out, dilations, group, b)
+        return _conv2d_padded_width(xp, x, w, begin, end, out, dilations, group, b, into)
     else:
         xp_ = pad_input(xp, x, begin, end, out, ext, strides, 0)
         if cg == 1 and mg == 1:
@@ -240,7 +266,7 @@ def _conv_dispatch(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry) -> Any:
         elif b is not None and group == 1:
             # The bias rides in the GEMM: a row of ones under the columns (built anyway), the
             # bias as a column of W; no pass over the output to add it.
-            return _im2col_gemm(xp, xp_, w, k, strides, dilations, out, group, b)
+            return _im2col_gemm(xp, xp_, w, k, strides, dilations, out, group, b, into)
         else:
             y = _im2col_gemm(xp, xp_, w, k, strides, dilations, out, group)
     if b is not None:
@@ -264,6 +290,7 @@ def _conv2d_padded_width(
     dilations: list[int],
     group: int,
     bias: Any,
+    into: Any = None,
 ) -> Any:
     """Stride-1 2-D convolution as one GEMM per group over "padded-width" columns.
 
@@ -285,7 +312,7 @@ def _conv2d_padded_width(
     run = oh * wp
     cg, mg = c // group, m // group
     item = xpad.itemsize
-    y = xp.empty((n, m, oh, ow), dtype=x.dtype)
+    y = xp.empty((n, m, oh, ow), dtype=x.dtype) if into is None else into
     if cg == 1 and mg == 1:
         # Depthwise: per channel, a (1 x K) @ (K x run) product over the same contiguous runs.
         view = _as_strided(
@@ -321,7 +348,15 @@ def _tap_sum_pays(strides: list[int], c: int, m: int) -> bool:
 
 
 def _conv2d_tap_sum(
-    xp: Any, x: Any, w: Any, begin: list[int], end: list[int], out: list[int], dilations: list[int], bias: Any
+    xp: Any,
+    x: Any,
+    w: Any,
+    begin: list[int],
+    end: list[int],
+    out: list[int],
+    dilations: list[int],
+    bias: Any,
+    into: Any = None,
 ) -> Any:
     """Stride-1 2-D convolution with few output channels (M <= C/4) as one GEMM per kernel tap.
 
@@ -343,7 +378,7 @@ def _conv2d_tap_sum(
     xpad[:, :, begin[0] : begin[0] + x.shape[2], begin[1] : begin[1] + x.shape[3]] = x
     run = oh * wp
     taps = derived((w,), ("per-tap", np.dtype(x.dtype).str), lambda: _per_tap(xp, w, x.dtype))
-    y = xp.empty((n, m, oh, ow), dtype=x.dtype)
+    y = xp.empty((n, m, oh, ow), dtype=x.dtype) if into is None else into
     acc = xp.empty((m, run), dtype=x.dtype)
     part = xp.empty((m, run), dtype=x.dtype)
     for i in range(n):
@@ -475,7 +510,7 @@ def _to_host(a: Any) -> Any:
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else a
 
 
-def _winograd(xp: Any, x: Any, w: Any, begin: list[int], out: list[int], r: int, bias: Any) -> Any:
+def _winograd(xp: Any, x: Any, w: Any, begin: list[int], out: list[int], r: int, bias: Any, into: Any = None) -> Any:
     n, c, h, wd = x.shape
     m = w.shape[0]
     oh, ow = out
@@ -494,7 +529,7 @@ def _winograd(xp: Any, x: Any, w: Any, begin: list[int], out: list[int], r: int,
     y = xp.matmul(xp.asarray(kout, dtype=x.dtype), prod.reshape(t * t, m * n * th * tw))  # (r*r, M*N*T)
     # (i, j, M, N, a, b) -> (N, M, a, i, b, j): the output tiles in place, cropped to (oh, ow).
     y = y.reshape(r, r, m, n, th, tw).transpose(3, 2, 4, 0, 5, 1).reshape(n, m, r * th, r * tw)[:, :, :oh, :ow]
-    out_arr = xp.empty((n, m, oh, ow), dtype=x.dtype)
+    out_arr = xp.empty((n, m, oh, ow), dtype=x.dtype) if into is None else into
     if bias is None:
         out_arr[...] = y
     else:
@@ -529,9 +564,11 @@ def _im2col_gemm(
     out: list[int],
     group: int,
     bias: Any = None,
+    into: Any = None,
 ) -> Any:
     """Convolution as one GEMM per group over im2col columns; with ``bias`` (group 1 only) the
-    columns get a row of ones and W the bias as a last column."""
+    columns get a row of ones and W the bias as a last column, and for one image the GEMM
+    writes ``into`` directly when given."""
     n, c = xpad.shape[:2]
     nd = len(k)
     m = w.shape[0]
@@ -548,6 +585,9 @@ def _im2col_gemm(
         cols = xp.empty((cg * kk + 1, n * o), dtype=xpad.dtype)
         cols[:-1].reshape(view.transpose(perm).shape)[...] = view.transpose(perm)
         cols[-1] = 1
+        if into is not None and n == 1:
+            xp.matmul(_bias_augmented(xp, w, bias, xpad.dtype), cols, out=into.reshape(m, o))
+            return into
         y = xp.matmul(_bias_augmented(xp, w, bias, xpad.dtype), cols)  # (M, N * O)
     y = y.reshape(m, n, *out)
     if n == 1:

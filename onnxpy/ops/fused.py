@@ -17,7 +17,7 @@ from ._compat import check_alloc
 from ._depthwise import pointwise_depthwise_channels_last
 from ._derived import derived
 from ._spatial import geometry
-from .conv import conv_nd
+from .conv import compute_dtype, conv_nd
 from .nn import gemm
 from .registry import op
 
@@ -251,6 +251,77 @@ def _epilogue(xp: Any, activation: str, params: list[float] | None) -> Callable[
         apply_activation(xp, block, activation, values)
 
     return activate
+
+
+@op("ConcatConv", 1, domain=DOMAIN)
+def concat_conv(
+    xp: Any,
+    *inputs: Any,
+    kernel_shapes: list[int],
+    pads: list[int],
+    strides: list[int],
+    dilations: list[int],
+    groups: list[int],
+    activations: list[str],
+    activation_params: list[float],
+    ctx: Any = None,
+) -> Any:
+    """Concat(axis=1) of 2-D convolutions (optimizer/passes/fuse_concat_conv.py): ``inputs`` are
+    (X, W, B) per member (B None when absent), the attributes list each member's kernel (2),
+    pads (4), strides (2), dilations (2), group (1), activation (1, "" for none) and activation
+    parameters (2). Each member writes its channels of the result directly (conv_nd's
+    ``into``, contiguous for one image), so the concatenation copies nothing."""
+    count = len(groups)
+    if len(inputs) != 3 * count:
+        raise ValueError(f"ConcatConv has {count} members but {len(inputs)} inputs (expected X, W, B for each)")
+    members = []
+    shape: tuple[int, ...] | None = None
+    for i in range(count):
+        x, w = inputs[3 * i], inputs[3 * i + 1]
+        if x.ndim != 4 or w.ndim != 4:
+            raise ValueError(f"ConcatConv member {i}: X and W must be 4-D, got {list(x.shape)} and {list(w.shape)}")
+        _, _, out = geometry(
+            x.shape[2:],
+            w.shape[2:],
+            strides[2 * i : 2 * i + 2],
+            dilations[2 * i : 2 * i + 2],
+            pads[4 * i : 4 * i + 4],
+            "NOTSET",
+        )
+        here = (x.shape[0], *out)
+        if shape is not None and here != shape:
+            raise ValueError(
+                f"ConcatConv member {i} gives batch and spatial size {list(here)}, member 0 gives {list(shape)}: "
+                "they cannot be concatenated on the channel axis"
+            )
+        shape = here
+        members.append(w.shape[0])
+    assert shape is not None
+    dt = np.result_type(*(inputs[3 * i].dtype for i in range(count)))
+    y = xp.empty((shape[0], sum(members), *shape[1:]), dtype=dt)
+    start = 0
+    for i, m in enumerate(members):
+        x, w, b = inputs[3 * i : 3 * i + 3]
+        part = y[:, start : start + m]
+        act = activations[i]
+        r = conv_nd(
+            xp,
+            x,
+            w,
+            b,
+            pads=pads[4 * i : 4 * i + 4],
+            strides=strides[2 * i : 2 * i + 2],
+            dilations=dilations[2 * i : 2 * i + 2],
+            group=groups[i],
+            kernel_shape=kernel_shapes[2 * i : 2 * i + 2],
+            epilogue=_epilogue(xp, act, activation_params[2 * i : 2 * i + 2]),
+            into=part if shape[0] == 1 and part.dtype == compute_dtype(x.dtype) else None,
+            ctx=ctx,
+        )
+        if r is not part:
+            part[...] = r
+        start += m
+    return y
 
 
 @op("ChannelAffine", 1, domain=DOMAIN)

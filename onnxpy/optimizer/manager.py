@@ -17,6 +17,7 @@ from .passes import (
     fold_shuffle,
     fuse_activation,
     fuse_attention,
+    fuse_concat_conv,
     fuse_patterns,
     fuse_pointwise_depthwise,
     memoize_shapes,
@@ -39,6 +40,7 @@ EXTENDED: list[Pass] = [
     relu_after_pool.run,
     fuse_pointwise_depthwise.run,
     pack_matmuls.run,
+    fuse_concat_conv.run,
 ]
 LAYOUT: list[Pass] = []
 # Run once at the end (extended level, host sessions): they wrap what the others left.
