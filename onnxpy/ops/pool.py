@@ -15,7 +15,7 @@ import numpy as np
 
 from ._compat import check_alloc, host_ints
 from ._spatial import geometry, pad_input, window_slices
-from .registry import op
+from .registry import memoized, op
 
 
 def _lowest(dtype: np.dtype) -> Any:
@@ -40,6 +40,37 @@ def _setup(
     auto_pad: str,
     ceil_mode: int,
     ctx: Any = None,
+) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
+    """(begin, end, out, strides, dilations, kernel extents), checked; once per node and input
+    shape (the node's memo), since it depends on nothing else."""
+    key = (
+        None
+        if ctx is None
+        else (
+            x.shape,
+            x.dtype,
+            tuple(kernel_shape),
+            None if strides is None else tuple(strides),
+            None if dilations is None else tuple(dilations),
+            None if pads is None else tuple(pads),
+            auto_pad,
+            ceil_mode,
+        )
+    )
+    return memoized(  # type: ignore[no-any-return]
+        ctx, key, lambda: _checked_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, ctx)
+    )
+
+
+def _checked_setup(
+    x: Any,
+    kernel_shape: list[int],
+    strides: list[int] | None,
+    dilations: list[int] | None,
+    pads: list[int] | None,
+    auto_pad: str,
+    ceil_mode: int,
+    ctx: Any,
 ) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
     nd = x.ndim - 2
     if nd < 1:
@@ -194,7 +225,8 @@ def _separable(
     return cur
 
 
-def _tap_ranges(n: int, k: int, s: int, d: int, b: int, o: int) -> list[tuple[int, int]]:
+@functools.lru_cache(maxsize=1024)
+def _tap_ranges(n: int, k: int, s: int, d: int, b: int, o: int) -> tuple[tuple[int, int], ...]:
     """Per kernel tap j, the output positions [lo, hi) whose window puts tap j inside the
     unpadded input (input index q*s - b + j*d within [0, n))."""
     ranges = []
@@ -204,7 +236,7 @@ def _tap_ranges(n: int, k: int, s: int, d: int, b: int, o: int) -> list[tuple[in
         hi = min(o, (n - 1 - off) // s + 1) if n - 1 - off >= 0 else 0
         lo = min(lo, o)
         ranges.append((lo, max(lo, hi)))
-    return ranges
+    return tuple(ranges)
 
 
 def _separable_clipped(
@@ -252,7 +284,7 @@ class _AxisTaps(NamedTuple):
     input, a tap inside for every window (``base``), the other taps inside for some, and the
     kernel size, stride, dilation, begin padding and output size along the axis."""
 
-    ranges: list[tuple[int, int]]
+    ranges: tuple[tuple[int, int], ...]
     base: int
     others: list[int]
     k: int
