@@ -1,6 +1,7 @@
 """Kernels, one module per operator family; importing this package registers them all."""
 
 from . import (  # noqa: F401 - importing registers the kernels
+    concat_append,
     control_flow,
     conv,
     conv_extra,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from ..ir.graph import Graph, topological_sort
 from .passes import (
+    chain_concat,
     constant_folding,
     eliminate,
     fold_batchnorm,
@@ -41,6 +42,7 @@ EXTENDED: list[Pass] = [
     fuse_pointwise_depthwise.run,
     pack_matmuls.run,
     fuse_concat_conv.run,
+    chain_concat.run,
 ]
 LAYOUT: list[Pass] = []
 # Run once at the end (extended level, host sessions): they wrap what the others left.
