@@ -166,3 +166,44 @@ def randomize_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
             arr = numpy_helper.to_array(t)
             t.CopyFrom(numpy_helper.from_array(values(t.name, arr.shape), t.name))
     return m
+
+
+def optimized_op_counts(model: onnx.ModelProto) -> dict[str, int]:
+    """Node counts by op type after onnxpy's full optimization (host session)."""
+    import collections
+
+    from onnxpy.optimizer.manager import optimize
+    from onnxpy.runtime.compile import build_graph
+
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    return dict(collections.Counter(n.op_type for n in graph.nodes))
+
+
+def check_optimized(
+    model: onnx.ModelProto,
+    feeds: dict[str, np.ndarray],
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-5,
+    fetches: list[str] | None = None,
+) -> list[np.ndarray]:
+    """Run ``model`` in onnxpy optimized and unoptimized and in onnxruntime: every optimized
+    output has onnxruntime's shape, comes back C-contiguous and matches both within the
+    tolerances. Returns the optimized outputs."""
+    import onnxruntime as ort
+
+    import onnxpy
+
+    data = model.SerializeToString()
+    plain_opts = onnxpy.SessionOptions()
+    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    got = onnxpy.InferenceSession(data).run(fetches, feeds)
+    plain = onnxpy.InferenceSession(data, plain_opts).run(fetches, feeds)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(fetches, feeds)
+    assert len(got) == len(want)
+    for g, p, w in zip(got, plain, want):
+        assert g.shape == w.shape and g.flags.c_contiguous, (g.shape, w.shape)
+        np.testing.assert_allclose(g, p, rtol=rtol, atol=atol)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return got

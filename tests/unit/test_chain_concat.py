@@ -8,15 +8,11 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-import onnxpy
 from onnxpy.ops import concat_append as ca
-from onnxpy.optimizer.manager import optimize
-from onnxpy.runtime.compile import build_graph
-from tests.helpers import make_model, vinfo
+from tests.helpers import check_optimized, make_model, optimized_op_counts, vinfo
 
 F = TensorProto.FLOAT
 
@@ -50,20 +46,8 @@ def _dense_block(layers: int, batch: int = 1, *, branch: bool = False, inplace_r
     return make_model(nodes, [vinfo("x", F, [batch, c0, 5, 6])], outputs, initializers=inits)
 
 
-def _ops(model: onnx.ModelProto) -> dict[str, int]:
-    graph = build_graph(model)
-    optimize(graph, 99, host_only=True)
-    return dict(collections.Counter(n.op_type for n in graph.nodes))
-
-
 def _check(model: onnx.ModelProto, batch: int = 1) -> None:
-    x = np.random.default_rng(3).standard_normal((batch, 4, 5, 6)).astype(np.float32)
-    data = model.SerializeToString()
-    got = onnxpy.InferenceSession(data).run(None, {"x": x})
-    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.flags.c_contiguous
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    check_optimized(model, {"x": np.random.default_rng(3).standard_normal((batch, 4, 5, 6)).astype(np.float32)})
 
 
 def _count_appends(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
@@ -82,7 +66,7 @@ def _count_appends(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
 @pytest.mark.parametrize("batch", [1, 2])
 def test_a_chain_grows_one_buffer(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
     model = _dense_block(4, batch)
-    assert _ops(model)["ConcatAppend"] == 4
+    assert optimized_op_counts(model)["ConcatAppend"] == 4
     stats = _count_appends(monkeypatch)
     _check(model, batch)
     assert stats == {"fresh": 1, "in place": 3}
@@ -90,20 +74,20 @@ def test_a_chain_grows_one_buffer(batch: int, monkeypatch: pytest.MonkeyPatch) -
 
 def test_two_appenders_of_one_prefix_stay_correct(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _dense_block(3, branch=True)
-    ops = _ops(model)
+    ops = optimized_op_counts(model)
     assert ops["Concat"] == 2 and ops["ConcatAppend"] == 2  # cat1 has two appenders: the chain starts after it
     _check(model)
 
 
 def test_in_place_readers_of_a_link_do_not_disturb_it() -> None:
     model = _dense_block(3, inplace_reader=True)
-    assert _ops(model)["ConcatAppend"] == 3
+    assert optimized_op_counts(model)["ConcatAppend"] == 3
     _check(model)
 
 
 def test_a_lone_concat_is_left_alone() -> None:
     model = _dense_block(1)
-    assert "ConcatAppend" not in _ops(model)
+    assert "ConcatAppend" not in optimized_op_counts(model)
     _check(model)
 
 

@@ -4,20 +4,15 @@ numbers, and only where the Reshape/Transpose/Reshape really is a channel shuffl
 
 from __future__ import annotations
 
-import collections
 from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-import onnxpy
 from onnxpy.ops.conv import conv_nd
-from onnxpy.optimizer.manager import optimize
-from onnxpy.runtime.compile import build_graph
-from tests.helpers import make_model, vinfo
+from tests.helpers import check_optimized, make_model, optimized_op_counts, vinfo
 
 F = TensorProto.FLOAT
 
@@ -65,27 +60,13 @@ def _shuffle_model(
     return make_model(nodes, inputs, outputs, initializers=inits)
 
 
-def _ops(model: onnx.ModelProto) -> dict[str, int]:
-    graph = build_graph(model)
-    optimize(graph, 99, host_only=True)
-    return dict(collections.Counter(n.op_type for n in graph.nodes))
-
-
 def _check(model: onnx.ModelProto) -> None:
     rng = np.random.default_rng(1)
     feeds = {
         i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
         for i in model.graph.input
     }
-    data = model.SerializeToString()
-    plain_opts = onnxpy.SessionOptions()
-    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
-    got = onnxpy.InferenceSession(data).run(None, feeds)
-    plain = onnxpy.InferenceSession(data, plain_opts).run(None, feeds)
-    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    for a, p, r in zip(got, plain, want):
-        np.testing.assert_allclose(a, p, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5)
+    check_optimized(model, feeds)
 
 
 @pytest.mark.parametrize(
@@ -102,7 +83,7 @@ def _check(model: onnx.ModelProto) -> None:
 )
 def test_shuffle_folds_into_the_convolution(kwargs: dict[str, Any]) -> None:
     model = _shuffle_model(**kwargs)
-    ops = _ops(model)
+    ops = optimized_op_counts(model)
     assert ops == {"FusedConv": 1}, ops
     _check(model)
 
@@ -119,7 +100,7 @@ def test_shuffle_folds_into_the_convolution(kwargs: dict[str, Any]) -> None:
 )
 def test_near_misses_stay_unfolded(kwargs: dict[str, Any]) -> None:
     model = _shuffle_model(**kwargs)
-    ops = _ops(model)
+    ops = optimized_op_counts(model)
     assert ops.get("Transpose") == 1, ops
     _check(model)
 

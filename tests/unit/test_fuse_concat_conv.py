@@ -4,21 +4,17 @@ every convolution path, with the numbers of the unfused graph."""
 
 from __future__ import annotations
 
-import collections
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 import onnxpy
 from onnxpy.ops.fused import concat_conv
-from onnxpy.optimizer.manager import optimize
-from onnxpy.runtime.compile import build_graph
-from tests.helpers import make_model, vinfo
+from tests.helpers import check_optimized, make_model, optimized_op_counts, vinfo
 
 F = TensorProto.FLOAT
 
@@ -73,12 +69,6 @@ def _model(
     return make_model(nodes, inputs, outputs, initializers=inits)
 
 
-def _ops(model: onnx.ModelProto) -> dict[str, int]:
-    graph = build_graph(model)
-    optimize(graph, 99, host_only=True)
-    return dict(collections.Counter(n.op_type for n in graph.nodes))
-
-
 def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(4)
     return {
@@ -88,30 +78,20 @@ def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 
 def _check(model: onnx.ModelProto) -> None:
-    feeds = _feeds(model)
-    data = model.SerializeToString()
-    plain_opts = onnxpy.SessionOptions()
-    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
-    got = onnxpy.InferenceSession(data).run(None, feeds)
-    plain = onnxpy.InferenceSession(data, plain_opts).run(None, feeds)
-    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    for g, p, w in zip(got, plain, want):
-        assert g.shape == w.shape
-        np.testing.assert_allclose(g, p, rtol=1e-5, atol=1e-4)
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    check_optimized(model, _feeds(model), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("batch", [1, 2], ids=["in-place", "batch2-copied"])
 def test_every_convolution_path_writes_its_slice(batch: int) -> None:
     model = _model(MEMBERS, (batch, 64, 28, 28))
-    assert _ops(model) == {"Relu": 1, "ConcatConv": 1}
+    assert optimized_op_counts(model) == {"Relu": 1, "ConcatConv": 1}
     _check(model)
 
 
 def test_fire_module_and_a_narrow_map() -> None:
     """SqueezeNet's shape (1x1 and 3x3 expands of one squeeze) on a 7x7 map (plain im2col)."""
     model = _model([(16, 1, {}, "Relu"), (16, 3, {"pads": [1, 1, 1, 1]}, "Relu")], (1, 8, 7, 7))
-    assert _ops(model) == {"Relu": 1, "ConcatConv": 1}
+    assert optimized_op_counts(model) == {"Relu": 1, "ConcatConv": 1}
     _check(model)
 
 
@@ -123,7 +103,7 @@ def test_fire_module_and_a_narrow_map() -> None:
 def test_near_misses_stay_unfused(kwargs: dict[str, Any]) -> None:
     members = [(16, 1, {}, "Relu"), (16, 3, {"pads": [1, 1, 1, 1]}, "Relu")]
     model = _model(members, (1, 16, 9, 9), **kwargs)
-    assert "ConcatConv" not in _ops(model)
+    assert "ConcatConv" not in optimized_op_counts(model)
     _check(model)
 
 

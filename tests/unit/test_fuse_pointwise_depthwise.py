@@ -4,7 +4,6 @@ layer's zero-bordered input, with the numbers of the unfused graph."""
 
 from __future__ import annotations
 
-import collections
 from typing import Any
 
 import numpy as np
@@ -17,7 +16,7 @@ import onnxpy
 from onnxpy.ops.fused import fused_conv, pointwise_depthwise_conv
 from onnxpy.optimizer.manager import optimize
 from onnxpy.runtime.compile import build_graph
-from tests.helpers import make_model, vinfo
+from tests.helpers import check_optimized, make_model, optimized_op_counts, vinfo
 
 F = TensorProto.FLOAT
 C_IN, C_MID = 4, 12
@@ -89,25 +88,9 @@ def _model(
     return make_model(nodes, [vinfo("x", F, list(shape))], outputs, initializers=inits)
 
 
-def _ops(model: onnx.ModelProto) -> dict[str, int]:
-    graph = build_graph(model)
-    optimize(graph, 99, host_only=True)
-    return dict(collections.Counter(n.op_type for n in graph.nodes))
-
-
 def _check(model: onnx.ModelProto, shape: tuple[int, ...] = (2, C_IN, 11, 9)) -> list[np.ndarray]:
     x = np.random.default_rng(4).standard_normal(shape).astype(np.float32) * 2
-    data = model.SerializeToString()
-    plain_opts = onnxpy.SessionOptions()
-    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
-    got = onnxpy.InferenceSession(data).run(None, {"x": x})
-    plain = onnxpy.InferenceSession(data, plain_opts).run(None, {"x": x})
-    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    for g, p, w in zip(got, plain, want):
-        assert g.shape == w.shape
-        np.testing.assert_allclose(g, p, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
-    return got
+    return check_optimized(model, {"x": x})
 
 
 @pytest.mark.parametrize(
@@ -117,7 +100,7 @@ def _check(model: onnx.ModelProto, shape: tuple[int, ...] = (2, C_IN, 11, 9)) ->
 )
 def test_fuses_with_activations_that_keep_zero(act: tuple[str, dict[str, Any]] | None) -> None:
     model = _model(act=act)
-    assert _ops(model) == {"PointwiseDepthwiseConv": 1}
+    assert optimized_op_counts(model) == {"PointwiseDepthwiseConv": 1}
     _check(model)
 
 
@@ -136,7 +119,7 @@ def test_fuses_with_activations_that_keep_zero(act: tuple[str, dict[str, Any]] |
 )
 def test_depthwise_geometries(dw_attrs: dict[str, Any], kernel: tuple[int, int], shape: tuple[int, ...]) -> None:
     model = _model(shape=shape, dw_attrs=dw_attrs, dw_kernel=kernel)
-    assert _ops(model) == {"PointwiseDepthwiseConv": 1}
+    assert optimized_op_counts(model) == {"PointwiseDepthwiseConv": 1}
     _check(model, shape)
 
 
@@ -144,7 +127,7 @@ def test_depthwise_geometries(dw_attrs: dict[str, Any], kernel: tuple[int, int],
 @pytest.mark.parametrize("shuffle", [False, True], ids=["plain", "shuffled"])
 def test_grouped_pointwise_runs_as_one_block_diagonal_gemm(groups: int, shuffle: bool) -> None:
     model = _model(pw_group=groups, shuffle=shuffle)
-    assert _ops(model) == {"PointwiseDepthwiseConv": 1}
+    assert optimized_op_counts(model) == {"PointwiseDepthwiseConv": 1}
     graph = build_graph(model)
     optimize(graph, 99, host_only=True)
     attrs = graph.nodes[0].attrs
@@ -154,13 +137,13 @@ def test_grouped_pointwise_runs_as_one_block_diagonal_gemm(groups: int, shuffle:
 
 def test_no_biases_and_no_trailing_activation() -> None:
     model = _model(biases=False, dw_act=False)
-    assert _ops(model) == {"PointwiseDepthwiseConv": 1}
+    assert optimized_op_counts(model) == {"PointwiseDepthwiseConv": 1}
     _check(model)
 
 
 def test_channels_last_input() -> None:
     model = _model(lead_depthwise=True)
-    assert _ops(model) == {"Conv": 1, "PointwiseDepthwiseConv": 1}
+    assert optimized_op_counts(model) == {"Conv": 1, "PointwiseDepthwiseConv": 1}
     _check(model)
 
 
@@ -193,7 +176,7 @@ def test_the_fused_intermediate_can_still_be_fetched() -> None:
 )
 def test_near_misses_stay_unfused(kwargs: dict[str, Any]) -> None:
     model = _model(**kwargs)
-    ops = _ops(model)
+    ops = optimized_op_counts(model)
     assert "PointwiseDepthwiseConv" not in ops, ops
     _check(model)
 
@@ -203,7 +186,7 @@ def test_depthwise_reading_something_else_too() -> None:
     model = _model(dw_act=False)
     model.graph.node.append(helper.make_node("Neg", ["a"], ["n"]))
     model.graph.output.append(vinfo("n", F, None))
-    ops = _ops(model)
+    ops = optimized_op_counts(model)
     assert "PointwiseDepthwiseConv" not in ops, ops
     _check(model)
 

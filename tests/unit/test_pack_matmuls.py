@@ -3,19 +3,13 @@ weights become one GEMM whose column slices are the results, with unchanged valu
 
 from __future__ import annotations
 
-import collections
-
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-import onnxpy
 from onnxpy.ops.fused import packed_matmul
-from onnxpy.optimizer.manager import optimize
-from onnxpy.runtime.compile import build_graph
-from tests.helpers import make_model, vinfo
+from tests.helpers import check_optimized, make_model, optimized_op_counts, vinfo
 
 F = TensorProto.FLOAT
 
@@ -54,58 +48,43 @@ def _model(
     return make_model(nodes, inputs, [vinfo(o, dtype, None) for o in outs], initializers=inits)
 
 
-def _ops(model: onnx.ModelProto) -> dict[str, int]:
-    graph = build_graph(model)
-    optimize(graph, 99, host_only=True)
-    return dict(collections.Counter(n.op_type for n in graph.nodes))
-
-
 def _check(model: onnx.ModelProto) -> None:
     rng = np.random.default_rng(2)
     dtype = np.float64 if model.graph.input[0].type.tensor_type.elem_type == TensorProto.DOUBLE else np.float32
     feeds = {"x": rng.standard_normal((2, 5, 8)).astype(dtype)}
     if len(model.graph.input) > 1:
         feeds["wv"] = rng.standard_normal((8, 4)).astype(dtype)
-    data = model.SerializeToString()
-    plain_opts = onnxpy.SessionOptions()
-    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
-    got = onnxpy.InferenceSession(data).run(None, feeds)
-    plain = onnxpy.InferenceSession(data, plain_opts).run(None, feeds)
-    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    for g, p, w in zip(got, plain, want):
-        assert g.shape == w.shape and g.flags.c_contiguous
-        np.testing.assert_allclose(g, p, rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    check_optimized(model, feeds)
 
 
 def test_products_of_one_input_are_packed() -> None:
     model = _model()
-    assert _ops(model) == {"PackedMatMul": 1}
+    assert optimized_op_counts(model) == {"PackedMatMul": 1}
     _check(model)
 
 
 def test_results_stay_intact_under_in_place_readers() -> None:
     model = _model(extra_readers=True)
-    assert _ops(model)["PackedMatMul"] == 1
+    assert optimized_op_counts(model)["PackedMatMul"] == 1
     _check(model)
 
 
 def test_a_fused_activation_leaves_that_product_out() -> None:
     model = _model(activation=True)
-    assert _ops(model) == {"PackedMatMul": 1, "FusedMatMul": 1}
+    assert optimized_op_counts(model) == {"PackedMatMul": 1, "FusedMatMul": 1}
     _check(model)
 
 
 def test_a_weight_fed_at_run_time_leaves_that_product_out() -> None:
     model = _model(runtime_weight=True)
-    ops = _ops(model)
+    ops = optimized_op_counts(model)
     assert ops["PackedMatMul"] == 1 and ops["MatMul"] + ops.get("FusedMatMul", 0) == 1, ops
     _check(model)
 
 
 def test_float64_is_left_alone() -> None:
     model = _model(dtype=TensorProto.DOUBLE)
-    assert "PackedMatMul" not in _ops(model)
+    assert "PackedMatMul" not in optimized_op_counts(model)
     _check(model)
 
 
