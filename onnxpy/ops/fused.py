@@ -19,7 +19,7 @@ from ._derived import derived
 from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
 from .nn import gemm
-from .registry import op
+from .registry import memoized, op
 
 DOMAIN = "onnxpy.fused"
 
@@ -161,9 +161,101 @@ def pointwise_depthwise_conv(
         "pads": pads,
         "strides": strides,
     }
+    key = (
+        xp is np and X.__class__ is np.ndarray,
+        X.shape,
+        X.dtype,
+        W1.shape,
+        W.shape,
+        None if B1 is None else B1.shape,
+        None if B is None else B.shape,
+        group1,
+        shuffle_groups1,
+        auto_pad,
+        None if dilations is None else tuple(dilations),
+        group,
+        None if kernel_shape is None else tuple(kernel_shape),
+        None if pads is None else tuple(pads),
+        None if strides is None else tuple(strides),
+    )
+    plan = memoized(
+        ctx,
+        None if ctx is None else key,
+        lambda: _pointwise_depthwise_plan(
+            key[0],
+            X,
+            W1,
+            B1,
+            W,
+            B,
+            group1,
+            shuffle_groups1,
+            auto_pad,
+            dilations,
+            group,
+            kernel_shape,
+            pads,
+            strides,
+            ctx,
+        ),
+    )
+    if plan is None:
+        y = fused_conv(
+            xp,
+            X,
+            W1,
+            B1,
+            group=group1,
+            shuffle_groups=shuffle_groups1,
+            activation=activation1,
+            activation_params=activation1_params,
+            ctx=ctx,
+        )
+        return fused_conv(
+            xp, y, W, B, **conv_attrs, activation=activation, activation_params=activation_params, ctx=ctx
+        )
+    begin, out, st = plan
+    dt = X.dtype
+    w1b1 = derived(
+        (W1,) if B1 is None else (W1, B1),
+        ("pointwise-augmented-T", np.dtype(dt).str, group1, shuffle_groups1),
+        lambda: _augmented_t(W1, B1, dt, group1, shuffle_groups1),
+    )
+    return pointwise_depthwise_channels_last(
+        X,
+        w1b1,
+        _epilogue(xp, activation1, activation1_params),
+        W.astype(dt, copy=False),
+        None if B is None else B.astype(dt, copy=False),
+        begin,
+        out,
+        st,
+        _epilogue(xp, activation, activation_params),
+    )
+
+
+def _pointwise_depthwise_plan(
+    numpy_arrays: bool,
+    X: Any,  # noqa: N803
+    W1: Any,  # noqa: N803
+    B1: Any,  # noqa: N803
+    W: Any,  # noqa: N803
+    B: Any,  # noqa: N803
+    group1: int,
+    shuffle_groups1: int,
+    auto_pad: str,
+    dilations: list[int] | None,
+    group: int,
+    kernel_shape: list[int] | None,
+    pads: list[int] | None,
+    strides: list[int] | None,
+    ctx: Any,
+) -> tuple[list[int], list[int], list[int]] | None:
+    """(begin, out, strides) of PointwiseDepthwiseConv's fast path, checked (allocation budget
+    included), or None where it does not apply: shapes and attributes only, so once per node
+    and input shapes."""
     fast = (
-        xp is np
-        and X.__class__ is np.ndarray
+        numpy_arrays
         and X.ndim == 4
         and X.dtype in (np.float32, np.float64)
         and W1.ndim == 4
@@ -181,46 +273,19 @@ def pointwise_depthwise_conv(
         and all(d == 1 for d in dilations or [1, 1])
         and X.shape[0] * X.shape[2] * X.shape[3] > 0
     )
-    if fast:
-        begin, _, out = geometry(X.shape[2:], W.shape[2:], strides, dilations, pads, auto_pad)
-        fast = out[0] > 0 and out[1] > 0
     if not fast:
-        y = fused_conv(
-            xp,
-            X,
-            W1,
-            B1,
-            group=group1,
-            shuffle_groups=shuffle_groups1,
-            activation=activation1,
-            activation_params=activation1_params,
-            ctx=ctx,
-        )
-        return fused_conv(
-            xp, y, W, B, **conv_attrs, activation=activation, activation_params=activation_params, ctx=ctx
-        )
-    dt = X.dtype
-    kh, kw = W.shape[2:]
+        return None
+    begin, _, out = geometry(X.shape[2:], W.shape[2:], strides, dilations, pads, auto_pad)
+    if out[0] <= 0 or out[1] <= 0:
+        return None
     st = list(strides or [1, 1])
+    kh, kw = W.shape[2:]
     m = W.shape[0]
-    check_alloc([st[0] * (out[0] - 1) + kh, st[1] * (out[1] - 1) + kw, m], dt, ctx, "PointwiseDepthwiseConv (padded)")
-    check_alloc([X.shape[0], m, *out], dt, ctx, "PointwiseDepthwiseConv (output)")
-    w1b1 = derived(
-        (W1,) if B1 is None else (W1, B1),
-        ("pointwise-augmented-T", np.dtype(dt).str, group1, shuffle_groups1),
-        lambda: _augmented_t(W1, B1, dt, group1, shuffle_groups1),
+    check_alloc(
+        [st[0] * (out[0] - 1) + kh, st[1] * (out[1] - 1) + kw, m], X.dtype, ctx, "PointwiseDepthwiseConv (padded)"
     )
-    return pointwise_depthwise_channels_last(
-        X,
-        w1b1,
-        _epilogue(xp, activation1, activation1_params),
-        W.astype(dt, copy=False),
-        None if B is None else B.astype(dt, copy=False),
-        begin,
-        out,
-        st,
-        _epilogue(xp, activation, activation_params),
-    )
+    check_alloc([X.shape[0], m, *out], X.dtype, ctx, "PointwiseDepthwiseConv (output)")
+    return begin, out, st
 
 
 def _augmented_t(w1: np.ndarray, b1: np.ndarray | None, dt: np.dtype, group: int, shuffle: int) -> np.ndarray:
@@ -274,29 +339,8 @@ def concat_conv(
     count = len(groups)
     if len(inputs) != 3 * count:
         raise ValueError(f"ConcatConv has {count} members but {len(inputs)} inputs (expected X, W, B for each)")
-    members = []
-    shape: tuple[int, ...] | None = None
-    for i in range(count):
-        x, w = inputs[3 * i], inputs[3 * i + 1]
-        if x.ndim != 4 or w.ndim != 4:
-            raise ValueError(f"ConcatConv member {i}: X and W must be 4-D, got {list(x.shape)} and {list(w.shape)}")
-        _, _, out = geometry(
-            x.shape[2:],
-            w.shape[2:],
-            strides[2 * i : 2 * i + 2],
-            dilations[2 * i : 2 * i + 2],
-            pads[4 * i : 4 * i + 4],
-            "NOTSET",
-        )
-        here = (x.shape[0], *out)
-        if shape is not None and here != shape:
-            raise ValueError(
-                f"ConcatConv member {i} gives batch and spatial size {list(here)}, member 0 gives {list(shape)}: "
-                "they cannot be concatenated on the channel axis"
-            )
-        shape = here
-        members.append(w.shape[0])
-    assert shape is not None
+    key = None if ctx is None else tuple((inputs[3 * i].shape, inputs[3 * i + 1].shape) for i in range(count))
+    shape, members = memoized(ctx, key, lambda: _concat_layout(inputs, count, pads, strides, dilations))
     dt = np.result_type(*(inputs[3 * i].dtype for i in range(count)))
     y = xp.empty((shape[0], sum(members), *shape[1:]), dtype=dt)
     start = 0
@@ -322,6 +366,37 @@ def concat_conv(
             part[...] = r
         start += m
     return y
+
+
+def _concat_layout(
+    inputs: tuple[Any, ...], count: int, pads: list[int], strides: list[int], dilations: list[int]
+) -> tuple[tuple[int, ...], list[int]]:
+    """ConcatConv's (batch, *spatial) and per-member channel counts; raises when members
+    cannot be concatenated. Shapes only, so once per node and input shapes."""
+    members = []
+    shape: tuple[int, ...] | None = None
+    for i in range(count):
+        x, w = inputs[3 * i], inputs[3 * i + 1]
+        if x.ndim != 4 or w.ndim != 4:
+            raise ValueError(f"ConcatConv member {i}: X and W must be 4-D, got {list(x.shape)} and {list(w.shape)}")
+        _, _, out = geometry(
+            x.shape[2:],
+            w.shape[2:],
+            strides[2 * i : 2 * i + 2],
+            dilations[2 * i : 2 * i + 2],
+            pads[4 * i : 4 * i + 4],
+            "NOTSET",
+        )
+        here = (x.shape[0], *out)
+        if shape is not None and here != shape:
+            raise ValueError(
+                f"ConcatConv member {i} gives batch and spatial size {list(here)}, member 0 gives {list(shape)}: "
+                "they cannot be concatenated on the channel axis"
+            )
+        shape = here
+        members.append(w.shape[0])
+    assert shape is not None
+    return shape, members
 
 
 @op("ChannelAffine", 1, domain=DOMAIN)
