@@ -64,7 +64,7 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
 
 
 # Activations apply_activation computes in place on any array (and so on any block of one).
-_IN_PLACE_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Clip", "Tanh", "HardSigmoid", "HardSwish"})
+IN_PLACE_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Clip", "Tanh", "HardSigmoid", "HardSwish"})
 
 
 @op("FusedConv", 1, domain=DOMAIN)
@@ -88,7 +88,7 @@ def fused_conv(
 ) -> Any:
     params = activation_params or []
     epilogue: Callable[[Any], None] | None = None
-    if Z is None and activation in _IN_PLACE_ACTIVATIONS:
+    if Z is None and activation in IN_PLACE_ACTIVATIONS:
         # Applied by the kernel, on blocks of the output while they are in cache where it can.
         def activate(block: Any) -> None:
             apply_activation(xp, block, activation, params)
@@ -308,7 +308,7 @@ def _augmented_t(w1: np.ndarray, b1: np.ndarray | None, dt: np.dtype, group: int
 def _epilogue(xp: Any, activation: str, params: list[float] | None) -> Callable[[Any], None] | None:
     if not activation:
         return None
-    if activation not in _IN_PLACE_ACTIVATIONS:
+    if activation not in IN_PLACE_ACTIVATIONS:
         raise ValueError(f"activation '{activation}' cannot be applied in place by PointwiseDepthwiseConv")
     values = params or []
 

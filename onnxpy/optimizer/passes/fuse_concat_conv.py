@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...ir.graph import Graph, Node
-from ...ops.fused import _IN_PLACE_ACTIVATIONS
+from ...ops.fused import IN_PLACE_ACTIVATIONS
 from ..rewrite import FUSED_DOMAIN, Sweep, is_conv
 
 
@@ -36,7 +36,7 @@ def _member(graph: Graph, conv: Node) -> dict[str, Any] | None:
         return None
     pads = [0, 0, 0, 0] if auto_pad == "VALID" else [int(p) for p in conv.attrs.get("pads", []) or [0, 0, 0, 0]]
     act = conv.attrs.get("activation", "")
-    if act and act not in _IN_PLACE_ACTIVATIONS:
+    if act and act not in IN_PLACE_ACTIVATIONS:
         return None
     params = [float(p) for p in conv.attrs.get("activation_params", []) or []]
     if len(params) > 2 or len(pads) != 4:
