@@ -147,6 +147,9 @@ class NodeContext:
 MEMO_ENTRIES = 16
 
 
+_MISSING = object()
+
+
 def memoized(ctx: Any, key: Any, compute: Callable[[], Any]) -> Any:
     """``compute()``, remembered in the node's ``ctx.memo`` under ``key`` (no ctx: computed each
     call). Only for results that depend on nothing but ``key`` and the node's attributes, and
@@ -154,8 +157,8 @@ def memoized(ctx: Any, key: Any, compute: Callable[[], Any]) -> Any:
     memo = getattr(ctx, "memo", None)
     if memo is None or key is None:
         return compute()
-    hit = memo.get(key)
-    if hit is None:
+    hit = memo.get(key, _MISSING)
+    if hit is _MISSING:  # a remembered None (PointwiseDepthwiseConv: "no fast path") is a hit
         hit = compute()
         if len(memo) >= MEMO_ENTRIES:
             memo.clear()
