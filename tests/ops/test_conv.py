@@ -409,6 +409,8 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         conv_mod.conv_nd(np, x, rng.standard_normal((24, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # narrow
         wide = rng.standard_normal((1, 64, 6, 12)).astype(np.float32)
         conv_mod.conv_nd(np, wide, rng.standard_normal((24, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
+        grouped = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)  # 4 groups of 16 -> 8
+        conv_mod.conv_nd(np, wide, grouped, group=4, pads=[1, 1, 1, 1])
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), strides=[2, 2])
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, strides=[2, 2])
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, pads=[1, 1, 1, 1])
@@ -422,7 +424,8 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         "_winograd",
         "_conv2d_tap_sum",
         "_im2col_gemm",
-        "_conv2d_padded_width",
+        "_im2col_gemm",  # group 1, stride 1: the bias rides in the GEMM
+        "_conv2d_padded_width",  # grouped, stride 1
         "_im2col_gemm",
         "depthwise_channels_last",
         "depthwise_channels_last",
