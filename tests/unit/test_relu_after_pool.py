@@ -104,3 +104,41 @@ def test_relu_stays_fused_where_moving_it_is_wrong_or_useless(pool: dict[str, An
     ops = _ops(model)
     assert "Relu" not in ops, ops
     _check(model)
+
+
+def _fire_model(*, relu_on_both: bool = True) -> onnx.ModelProto:
+    """SqueezeNet's fire module before a pool: a 1x1 and a 3x3 expand of one input, each ReLU'd,
+    concatenated on channels, then a 3x3/2 MaxPool."""
+    rng = np.random.default_rng(6)
+    inits = {
+        "w1": rng.standard_normal((4, 3, 1, 1)).astype(np.float32),
+        "b1": np.array([-40.0, -1.0, 0.0, 1.0], np.float32),
+        "w3": rng.standard_normal((5, 3, 3, 3)).astype(np.float32),
+        "b3": np.array([-1.0, 0.0, 0.5, -40.0, 2.0], np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["e1"]),
+        helper.make_node("Relu", ["e1"], ["r1"]),
+        helper.make_node("Conv", ["x", "w3", "b3"], ["e3"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu" if relu_on_both else "Identity", ["e3"], ["r3"]),
+        helper.make_node("Concat", ["r1", "r3"], ["cat"], axis=1),
+        helper.make_node("MaxPool", ["cat"], ["p"], kernel_shape=[3, 3], strides=[2, 2]),
+    ]
+    return make_model(nodes, [vinfo("x", F, [2, 3, 9, 9])], [vinfo("p", F, None)], initializers=inits)
+
+
+def test_relu_of_every_concat_conv_member_moves_after_the_pool() -> None:
+    model = _fire_model()
+    assert _ops(model) == {"ConcatConv": 1, "MaxPool": 1, "Relu": 1}
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    (cat,) = [n for n in graph.nodes if n.op_type == "ConcatConv"]
+    assert cat.attrs["activations"] == ["", ""]
+    _check(model)
+
+
+def test_concat_conv_with_a_member_without_relu_keeps_its_activations() -> None:
+    model = _fire_model(relu_on_both=False)
+    ops = _ops(model)
+    assert "Relu" not in ops and ops.get("ConcatConv") == 1, ops
+    _check(model)

@@ -5,12 +5,15 @@ every window that holds at least one input element. Applied after a strided pool
 runs over the pooled tensor (a quarter of the elements for 3x3/2) instead of the convolution's
 whole output: the stems of SqueezeNet, VGG and Inception, and VGG's every stage.
 
-Only for a float32 FusedConv with activation Relu (no residual input) whose output is read by a
+Only for a float32 FusedConv with activation Relu (no residual input), or a ConcatConv whose
+members all end in Relu (SqueezeNet's fire modules before a pool), whose output is read by a
 MaxPool alone, without padding (a window wholly in the padding would give the lowest value, not
 0), without the Indices output, and with a stride above 1 (otherwise nothing is saved).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from ...ir.graph import Graph, Node
 from ..rewrite import FUSED_DOMAIN, Sweep
@@ -26,13 +29,29 @@ def _unpadded_strided_pool(pool: Node) -> bool:
     return any(int(s) > 1 for s in pool.attrs.get("strides", []) or [])
 
 
+def _without_relu(conv: Node) -> dict[str, Any] | None:
+    """The producer's attributes with its ReLU dropped, or None when it is not a FusedConv
+    with activation Relu and no residual input, or a ConcatConv whose members all end in Relu."""
+    if conv.op_type == "FusedConv":
+        if conv.attrs.get("activation") != "Relu" or (len(conv.inputs) > 3 and conv.inputs[3]):
+            return None
+        return {k: v for k, v in conv.attrs.items() if k not in ("activation", "activation_params")}
+    if conv.op_type == "ConcatConv":
+        activations = list(conv.attrs.get("activations", []) or [])
+        if not activations or any(a != "Relu" for a in activations):
+            return None
+        return {**conv.attrs, "activations": [""] * len(activations)}
+    return None
+
+
 def run(graph: Graph) -> bool:
     sweep = Sweep(graph)
     uses = sweep.uses
     for conv in list(graph.nodes):
-        if conv.domain != FUSED_DOMAIN or conv.op_type != "FusedConv" or not sweep.fresh(conv):
+        if conv.domain != FUSED_DOMAIN or not sweep.fresh(conv):
             continue
-        if conv.attrs.get("activation") != "Relu" or (len(conv.inputs) > 3 and conv.inputs[3]):
+        attrs = _without_relu(conv)
+        if attrs is None:
             continue
         y = conv.outputs[0]
         pool = uses.only_reader(y)
@@ -45,7 +64,6 @@ def run(graph: Graph) -> bool:
         # caller fetching them gets the original values (from the unoptimized graph).
         raw = sweep.new_name(f"{y}_before_relu")
         pooled = sweep.new_name(f"{pool.outputs[0]}_before_relu")
-        attrs = {k: v for k, v in conv.attrs.items() if k not in ("activation", "activation_params")}
         sweep.replace(conv, Node(conv.op_type, list(conv.inputs), [raw], attrs, conv.name, conv.domain, conv.opset))
         out = pool.outputs[0]
         sweep.replace(
