@@ -113,8 +113,8 @@ def fused_conv(
     if epilogue is not None:
         return y
     if Z is not None:
-        if Z.shape == y.shape:
-            y += Z
+        if Z.shape == y.shape or (Z.ndim <= y.ndim and np.broadcast_shapes(Z.shape, y.shape) == y.shape):
+            y += Z  # in place, also for an addend that broadcasts into y (per channel, say)
         else:
             y = y + Z  # the residual broadcasts to a larger shape: a new array
     return apply_activation(xp, y, activation, params)

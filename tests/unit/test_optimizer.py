@@ -233,6 +233,58 @@ def test_residual_add_and_relu_fuse_into_the_conv() -> None:
     _same_numbers(m, {**X, "x2": RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)})
 
 
+def test_per_channel_constant_add_before_relu_becomes_bias_not_residual() -> None:
+    """Conv -> Mul(per-channel) -> Add(per-channel) -> Relu (light Inception v2's scale layers):
+    the Add folds into the bias, so the ReLU stays an in-place epilogue; a residual input would
+    cost a broadcast pass and a separate activation pass."""
+    extra = [
+        helper.make_node("Mul", ["c", "m"], ["d"]),
+        helper.make_node("Add", ["d", "a"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    inits = {
+        "m": RNG.standard_normal((4, 1, 1)).astype(np.float32),
+        "a": RNG.standard_normal((4, 1, 1)).astype(np.float32),
+    }
+    m = _conv_model(extra, inits, "y")
+    graph = build_graph(m)
+    from onnxpy.optimizer.manager import optimize
+
+    optimize(graph, 99, host_only=True)
+    assert _ops(graph) == {"FusedConv": 1}
+    (fused,) = graph.nodes
+    assert len(fused.inputs) < 4 or not fused.inputs[3]
+    assert fused.attrs["activation"] == "Relu"
+    _same_numbers(m, X)
+
+
+def test_residual_that_broadcasts_per_channel_is_added_in_place() -> None:
+    """A per-channel addend that is not a constant (a graph input) stays a residual input; the
+    kernel broadcasts it into the convolution's output and applies the activation after."""
+    m = make_model(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Add", ["c", "z"], ["s"]),
+            helper.make_node("Relu", ["s"], ["y"]),
+        ],
+        [vinfo("x", TensorProto.FLOAT, [1, 3, 6, 6]), vinfo("z", TensorProto.FLOAT, [4, 1, 1])],
+        [vinfo("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+        initializers={
+            "w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32),
+            "b": RNG.standard_normal(4).astype(np.float32),
+        },
+    )
+    graph = build_graph(m)
+    while fuse_activation.run(graph):
+        pass
+    (fused,) = graph.nodes
+    assert fused.op_type == "FusedConv" and fused.inputs[3] == "z" and fused.attrs["activation"] == "Relu"
+    got = _same_numbers(m, {**X, "z": RNG.standard_normal((4, 1, 1)).astype(np.float32)}).run(
+        None, {**X, "z": np.full((4, 1, 1), -1e3, np.float32)}
+    )[0]
+    np.testing.assert_array_equal(got, 0)  # the ReLU ran after the addend
+
+
 def test_gemm_relu_and_matmul_bias_fusions() -> None:
     nodes = [
         helper.make_node("Gemm", ["x", "w1", "b1"], ["g"], transB=1),

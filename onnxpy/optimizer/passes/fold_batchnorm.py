@@ -31,7 +31,7 @@ def _bn_params(graph: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
     return k, s
 
 
-def _per_channel(value: np.ndarray | None, channels: int, rank: int) -> np.ndarray | None:
+def per_channel(value: np.ndarray | None, channels: int, rank: int) -> np.ndarray | None:
     """A constant that broadcasts per output channel (axis 1 of an NC... tensor) -> shape (C,)."""
     if value is None or value.dtype.kind != "f":
         return None
@@ -133,7 +133,7 @@ def run(graph: Graph) -> bool:
                     if wb is None:
                         continue
                     w, b = wb
-                    vec = _per_channel(c, w.shape[0], rank)
+                    vec = per_channel(c, w.shape[0], rank)
                     if vec is None:
                         continue
                     if node.op_type == "Mul":
@@ -146,7 +146,7 @@ def run(graph: Graph) -> bool:
                 ):
                     k = graph.initializers[prod.inputs[1]]
                     s = graph.initializers[prod.inputs[2]]
-                    vec = _per_channel(c, k.shape[0], rank)
+                    vec = per_channel(c, k.shape[0], rank)
                     if vec is None:
                         continue
                     if node.op_type == "Mul":

@@ -13,6 +13,7 @@ from typing import Any
 
 from ...ir.graph import Graph, Node
 from ..rewrite import FUSED_DOMAIN, Sweep, constant, is_conv, scalar_value
+from .fold_batchnorm import per_channel
 
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
@@ -50,6 +51,19 @@ def activation_of(graph: Graph, node: Node) -> tuple[str, list[float]] | None:
     return None
 
 
+def _bias_like(graph: Graph, conv: Node, other: str) -> bool:
+    """Whether ``other`` is a constant that fold_batchnorm folds into ``conv``'s bias."""
+    if conv.attrs.get("activation") or (len(conv.inputs) > 3 and conv.inputs[3]) or len(conv.inputs) < 2:
+        return False
+    w = constant(graph, conv.inputs[1])
+    shape = graph.shape(conv.outputs[0])
+    if w is None or shape is None:
+        return False
+    if len(conv.inputs) > 2 and conv.inputs[2] and constant(graph, conv.inputs[2]) is None:
+        return False  # fold_batchnorm needs a constant bias to fold into
+    return per_channel(constant(graph, other), w.shape[0], len(shape)) is not None
+
+
 def _float32(graph: Graph, name: str) -> bool:
     return graph.elem_type(name) == 1
 
@@ -84,8 +98,10 @@ def run(graph: Graph) -> bool:
         if conv_like and not node.attrs.get("activation") and (len(node.inputs) < 4 or not node.inputs[3]):
             if not nxt.domain and nxt.op_type in ("Add", "Sum") and len(nxt.inputs) == 2 and nxt.outputs[0]:
                 other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
-                # The kernel adds in place when shapes agree and broadcasts otherwise.
-                if other != out and graph.elem_type(other) in (None, 1):
+                # The kernel adds in place when shapes agree and broadcasts otherwise. A constant
+                # per-channel addend is no residual: fold_batchnorm folds it into the bias (on a
+                # later round, once the convolution it just rewrote is fresh again).
+                if other != out and graph.elem_type(other) in (None, 1) and not _bias_like(graph, node, other):
                     fused = _to_fused_conv(node)
                     fused.inputs = fused.inputs[:3] + [other]
                     fused.outputs = [nxt.outputs[0]]
