@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxpy
+from onnxpy.ir.graph import Node
 from onnxpy.optimizer.passes import constant_folding, eliminate, fold_batchnorm, fuse_activation
 from onnxpy.optimizer.rewrite import FUSED_DOMAIN
 from onnxpy.runtime.compile import build_graph
@@ -209,26 +210,36 @@ def test_conv_activation_fusion(act: str, attrs: dict, extra_inputs: list, extra
     _same_numbers(m, X)
 
 
-def test_residual_add_and_relu_fuse_into_the_conv() -> None:
-    extra = [helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
-    m = make_model(
+def _residual_relu_model(z_nodes: list[onnx.NodeProto], z_input: onnx.ValueInfoProto) -> onnx.ModelProto:
+    """Conv(x) + z -> Relu, where ``z_nodes`` make z from the graph input ``z_input``."""
+    return make_model(
         [
             helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-            helper.make_node("Neg", ["x2"], ["z"]),
-            *extra,
+            *z_nodes,
+            helper.make_node("Add", ["c", "z"], ["s"]),
+            helper.make_node("Relu", ["s"], ["y"]),
         ],
-        [vinfo("x", TensorProto.FLOAT, [1, 3, 6, 6]), vinfo("x2", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [vinfo("x", TensorProto.FLOAT, [1, 3, 6, 6]), z_input],
         [vinfo("y", TensorProto.FLOAT, [1, 4, 6, 6])],
         initializers={
             "w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32),
             "b": RNG.standard_normal(4).astype(np.float32),
         },
     )
+
+
+def _fused_conv_after_fusion(m: onnx.ModelProto) -> Node:
     graph = build_graph(m)
     while fuse_activation.run(graph):
         pass
-    assert _ops(graph) == {"Neg": 1, "FusedConv": 1}
-    fused = [n for n in graph.nodes if n.op_type == "FusedConv"][0]
+    (fused,) = [n for n in graph.nodes if n.op_type == "FusedConv"]
+    assert len(graph.nodes) == 1 + sum(n.op_type == "Neg" for n in graph.nodes)
+    return fused
+
+
+def test_residual_add_and_relu_fuse_into_the_conv() -> None:
+    m = _residual_relu_model([helper.make_node("Neg", ["x2"], ["z"])], vinfo("x2", TensorProto.FLOAT, [1, 4, 6, 6]))
+    fused = _fused_conv_after_fusion(m)
     assert fused.inputs[3] == "z" and fused.attrs["activation"] == "Relu"
     _same_numbers(m, {**X, "x2": RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)})
 
@@ -261,24 +272,9 @@ def test_per_channel_constant_add_before_relu_becomes_bias_not_residual() -> Non
 def test_residual_that_broadcasts_per_channel_is_added_in_place() -> None:
     """A per-channel addend that is not a constant (a graph input) stays a residual input; the
     kernel broadcasts it into the convolution's output and applies the activation after."""
-    m = make_model(
-        [
-            helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-            helper.make_node("Add", ["c", "z"], ["s"]),
-            helper.make_node("Relu", ["s"], ["y"]),
-        ],
-        [vinfo("x", TensorProto.FLOAT, [1, 3, 6, 6]), vinfo("z", TensorProto.FLOAT, [4, 1, 1])],
-        [vinfo("y", TensorProto.FLOAT, [1, 4, 6, 6])],
-        initializers={
-            "w": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32),
-            "b": RNG.standard_normal(4).astype(np.float32),
-        },
-    )
-    graph = build_graph(m)
-    while fuse_activation.run(graph):
-        pass
-    (fused,) = graph.nodes
-    assert fused.op_type == "FusedConv" and fused.inputs[3] == "z" and fused.attrs["activation"] == "Relu"
+    m = _residual_relu_model([], vinfo("z", TensorProto.FLOAT, [4, 1, 1]))
+    fused = _fused_conv_after_fusion(m)
+    assert fused.inputs[3] == "z" and fused.attrs["activation"] == "Relu"
     got = _same_numbers(m, {**X, "z": RNG.standard_normal((4, 1, 1)).astype(np.float32)}).run(
         None, {**X, "z": np.full((4, 1, 1), -1e3, np.float32)}
     )[0]
