@@ -18,7 +18,7 @@ from ._depthwise import pointwise_depthwise_channels_last
 from ._derived import derived
 from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
-from .nn import gemm
+from .nn import _broadcasts_into, gemm
 from .registry import memoized, op
 
 DOMAIN = "onnxpy.fused"
@@ -113,7 +113,7 @@ def fused_conv(
     if epilogue is not None:
         return y
     if Z is not None:
-        if Z.shape == y.shape or (Z.ndim <= y.ndim and np.broadcast_shapes(Z.shape, y.shape) == y.shape):
+        if _broadcasts_into(tuple(Z.shape), tuple(y.shape)):
             y += Z  # in place, also for an addend that broadcasts into y (per channel, say)
         else:
             y = y + Z  # the residual broadcasts to a larger shape: a new array
