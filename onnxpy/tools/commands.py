@@ -66,6 +66,13 @@ def add_verbs(sub: Any) -> None:
     _model_args(p)
     p.add_argument("-o", "--output", metavar="TRACE.json", help="trace file (default: <model>_profile.json)")
     p.add_argument("--repeat", type=int, default=10, metavar="N", help="profiled runs (default 10)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        metavar="N",
+        help="runs first, left out of the trace and the tables (default 1: the first run builds cached weights)",
+    )
     p.add_argument("--top", type=int, default=10, metavar="N", help="slowest nodes to list (default 10)")
     p.set_defaults(func=cmd_profile)
 
@@ -339,10 +346,12 @@ def cmd_profile(ns: argparse.Namespace) -> int:
     import onnxpy
 
     from .benchmark import session_options
-    from .profiler import load_trace, slowest_nodes, time_by_op
+    from .profiler import load_trace, slowest_nodes, time_by_op, without_first_runs, write_trace
 
     if ns.repeat < 1:
         raise UsageError(f"--repeat must be >= 1, got {ns.repeat}")
+    if ns.warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {ns.warmup}")
     _header, feeds = _prepare(ns, random=True)
     out_path = ns.output or f"{os.path.splitext(os.path.basename(ns.model))[0]}_profile.json"
     so = session_options(onnxpy, "onnxpy", _session_config(ns, feeds))
@@ -353,18 +362,17 @@ def cmd_profile(ns: argparse.Namespace) -> int:
         status("creating session...")
         sess = onnxpy.InferenceSession(ns.model, so)
         status("")
-        bar = Progress("profile", ns.repeat)
-        for i in range(ns.repeat):
+        bar = Progress("profile", ns.warmup + ns.repeat)
+        for i in range(ns.warmup + ns.repeat):
             sess.run(None, feeds.arrays)
             bar.update(i + 1)
         bar.close()
-        written = sess.end_profiling()
+        events = without_first_runs(load_trace(sess.end_profiling()), ns.warmup)
         os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-        shutil.move(written, out_path)
+        write_trace(out_path, events)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    events = load_trace(out_path)
     runs = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
     n_runs = max(1, len(runs))
     run_us = sorted(int(e["dur"]) for e in runs)
@@ -387,7 +395,7 @@ def cmd_profile(ns: argparse.Namespace) -> int:
     if run_us:
         med = run_us[len(run_us) // 2] / 1e3
         print(
-            f"runs      {len(runs)} profiled; median run {med:.3f} ms, of which nodes "
+            f"runs      {len(runs)} profiled after {ns.warmup} warm-up; median run {med:.3f} ms, of which nodes "
             f"{node_total / n_runs / 1e3:.3f} ms per run"
         )
     print()

@@ -168,6 +168,19 @@ def load_trace(path: str) -> list[dict[str, Any]]:
     return data["traceEvents"] if isinstance(data, dict) else data
 
 
+def without_first_runs(events: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """``events`` less the first ``count`` runs: their ``model_run`` events and every event that
+    starts inside one. A first run builds cached forms of the weights (Winograd transforms, say:
+    127 ms for one ResNet-50 layer), which would otherwise swamp the per-node averages."""
+    runs = sorted(
+        (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=lambda e: e["ts"]
+    )
+    windows = [(int(e["ts"]), int(e["ts"]) + int(e.get("dur", 0))) for e in runs[: max(0, count)]]
+    if not windows:
+        return list(events)
+    return [e for e in events if not any(lo <= int(e.get("ts", -1)) <= hi for lo, hi in windows)]
+
+
 def time_by_op(events: Iterable[dict[str, Any]]) -> list[OpTime]:
     """Node time summed per operator type, slowest first."""
     acc: dict[str, OpTime] = {}

@@ -187,3 +187,15 @@ def test_profile_writes_a_trace_and_prints_time_per_op(tmp_path: Path) -> None:
         line = next(x for x in table.splitlines() if x.startswith(op + " "))
         assert line.split()[1] == f"{calls / 3:g}"
     assert "slowest nodes" in r.stdout
+    assert "3 profiled after 1 warm-up" in r.stdout
+
+
+def test_profile_leaves_the_warm_up_runs_out(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    r = onnxpy_cli("profile", str(DEMO_MODEL), "-o", str(trace), "--repeat", "2", "--warmup", "3")
+    assert r.returncode == 0, r.stderr
+    events = json.loads(trace.read_text())
+    assert len([e for e in events if e.get("name") == "model_run"]) == 2
+    assert "2 profiled after 3 warm-up" in r.stdout
+    bad = onnxpy_cli("profile", str(DEMO_MODEL), "--warmup", "-1")
+    assert bad.returncode != 0 and "--warmup must be >= 0" in bad.stderr

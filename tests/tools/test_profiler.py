@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 
 import onnxpy
-from onnxpy.tools.profiler import load_trace, time_by_op
+from onnxpy.tools.profiler import load_trace, time_by_op, without_first_runs
 from tests.helpers import DEMO_MODEL
 
 X = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
@@ -132,6 +132,22 @@ def test_time_by_op_sums_node_durations(tmp_path: Path) -> None:
         mine = [e for e in events if e["cat"] == "Node" and e["args"]["op_name"] == op]
         assert table[op].calls == len(mine)
         assert table[op].total_us == sum(e["dur"] for e in mine)
+
+
+def test_without_first_runs_drops_the_warm_up_runs_and_their_nodes(tmp_path: Path) -> None:
+    _, events = profile(tmp_path, onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL, runs=3)
+    runs = sorted((e for e in events if e["name"] == "model_run"), key=lambda e: e["ts"])
+    kept = without_first_runs(events, 2)
+    assert [e for e in kept if e["name"] == "model_run"] == runs[2:]
+    nodes = [e for e in events if e["cat"] == "Node"]
+    kept_nodes = [e for e in kept if e["cat"] == "Node"]
+    assert len(kept_nodes) == len(nodes) // 3
+    assert all(e["ts"] >= runs[2]["ts"] for e in kept_nodes)
+    # The session's own events (loading, initialization) stay.
+    assert {e["name"] for e in events if e["name"] != "model_run" and e["cat"] == "Session"} == {
+        e["name"] for e in kept if e["name"] != "model_run" and e["cat"] == "Session"
+    }
+    assert without_first_runs(events, 0) == events
 
 
 def test_end_profiling_without_profiling_is_empty() -> None:
