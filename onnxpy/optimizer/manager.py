@@ -24,6 +24,7 @@ from .passes import (
     memoize_shapes,
     pack_matmuls,
     relu_after_pool,
+    swap_pool_pointwise,
 )
 
 Pass = Callable[[Graph], bool]
@@ -38,6 +39,7 @@ EXTENDED: list[Pass] = [
     fold_relu_floor.run,
     fuse_patterns.run,
     fuse_attention.run,
+    swap_pool_pointwise.run,
     relu_after_pool.run,
     fuse_pointwise_depthwise.run,
     pack_matmuls.run,
