@@ -518,19 +518,68 @@ def lrn(xp: Any, X: Any, *, size: int, alpha: float = 0.0001, beta: float = 0.75
         raise ValueError(f"LRN size must be positive, got {size}")
     x = _up(X)
     c = x.shape[1]
-    sq = x * x
     # A window reaching past the channels adds only zeros: clamp its reach to c, so a huge
     # 'size' (an attribute of a model from anywhere) does not size an allocation.
     before = min((size - 1) // 2, c)
     after = min(size - 1 - (size - 1) // 2, c)
-    # Window sums over channels through a cumulative sum along axis 1.
+    if xp is np and x.size and before + after <= _LRN_MAX_SHIFTS:
+        return _lrn_blocked(x, before, after, size, alpha, beta, bias).astype(X.dtype, copy=False)
+    sq = x * x
+    # Window sums over channels through a cumulative sum along axis 1, in float64: prefix sums
+    # in float32 would lose the small terms next to the large running total.
     pad = [(0, 0)] * x.ndim
     pad[1] = (before + 1, after)
-    cs = xp.cumsum(xp.pad(sq, pad), axis=1)
+    cs = xp.cumsum(xp.pad(sq, pad).astype(np.float64), axis=1)
     span = before + after + 1
-    window = cs[:, span : span + c] - cs[:, 0:c]
+    window = (cs[:, span : span + c] - cs[:, 0:c]).astype(x.dtype)
     t = x.dtype.type
     return (x / (t(bias) + t(alpha / size) * window) ** t(beta)).astype(X.dtype, copy=False)
+
+
+# Windows of up to this many neighbours sum by shifted adds (one pass each); wider ones by a
+# cumulative sum.
+_LRN_MAX_SHIFTS = 16
+# Values per block of the blocked LRN: a few (C, positions) temporaries of 256 KB stay in L2.
+_LRN_BLOCK_VALUES = 65536
+
+
+def _lrn_blocked(
+    x: np.ndarray, before: int, after: int, size: int, alpha: float, beta: float, bias: float
+) -> np.ndarray:
+    """LRN on the host, a block of positions at a time (all channels of each, so the channel
+    window is complete): the window sum as one shifted add per neighbour on contiguous channel
+    rows, and the power by square roots for the usual beta = 0.75 (t^0.75 = sqrt(t) *
+    sqrt(sqrt(t))) and 0.5, where numpy's pow costs several times more. GoogLeNet's first LRN
+    (192 x 56 x 56): 3.98 ms in-model before."""
+    n, c = x.shape[:2]
+    hw = math.prod(x.shape[2:])
+    x3 = np.ascontiguousarray(x).reshape(n, c, hw)
+    y = np.empty_like(x3)
+    t = x.dtype.type
+    scale, shift = t(alpha / size), t(bias)
+    step = max(64, _LRN_BLOCK_VALUES // c)
+    for i in range(n):
+        for p0 in range(0, hw, step):
+            xb = x3[i, :, p0 : p0 + step]
+            sq = np.multiply(xb, xb)
+            s = sq.copy()
+            for d in range(1, min(before, c - 1) + 1):
+                s[d:] += sq[:-d]
+            for d in range(1, min(after, c - 1) + 1):
+                s[:-d] += sq[d:]
+            s *= scale
+            s += shift
+            out = y[i, :, p0 : p0 + step]
+            if beta == 0.75:
+                np.sqrt(s, out=s)
+                np.sqrt(s, out=sq)
+                s *= sq
+            elif beta == 0.5:
+                np.sqrt(s, out=s)
+            elif beta != 1.0:
+                np.power(s, t(beta), out=s)
+            np.divide(xb, s, out=out)
+    return y.reshape(x.shape)
 
 
 # -- Dropout (inference: identity; training mode draws a mask) ------------------------------------

@@ -308,6 +308,41 @@ def test_lrn(size: int, dtype: Any) -> None:
         _same(got, want_ort, tol)
 
 
+def _lrn_reference(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    c = x.shape[1]
+    sq = np.zeros_like(x64)
+    for ch in range(c):
+        lo, hi = max(0, ch - (size - 1) // 2), min(c - 1, ch + size - 1 - (size - 1) // 2)
+        sq[:, ch] = (x64[:, lo : hi + 1] ** 2).sum(axis=1)
+    return x64 / (bias + alpha / size * sq) ** beta
+
+
+@pytest.mark.parametrize("beta", [0.75, 0.5, 1.0, 0.6])
+@pytest.mark.parametrize("size", [5, 4, 33])  # 33: wider than the shifted-add path takes
+def test_lrn_blocked_path_across_blocks(size: int, beta: float) -> None:
+    # 64 channels x 1600 positions: more than one block of positions (the host path's blocks
+    # hold 1024 positions at 64 channels); values of mixed magnitude, as after a ReLU'd conv.
+    rng = np.random.default_rng(17)
+    x = (rng.standard_normal((2, 64, 40, 40)) * rng.uniform(0.1, 30, (1, 64, 1, 1))).astype(np.float32)
+    attrs = dict(size=size, alpha=1e-4, beta=beta, bias=1.0)
+    (got,) = _ours("LRN", {"X": x}, 13, **attrs)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, _lrn_reference(x, size, 1e-4, beta, 1.0), rtol=2e-6, atol=1e-6)
+    if size % 2:
+        got, want_ort = _both("LRN", {"X": x}, 13, **attrs)
+        _same(got, want_ort, 1e-5)
+
+
+def test_lrn_of_a_strided_view_and_more_neighbours_than_channels() -> None:
+    rng = np.random.default_rng(18)
+    x = rng.standard_normal((1, 3, 8, 10)).astype(np.float32)[:, :, :, ::2]
+    from onnxpy.ops.nn import lrn
+
+    got = lrn(np, x, size=9, alpha=0.5, beta=0.75, bias=2.0)  # the kernel itself: sessions copy inputs
+    np.testing.assert_allclose(got, _lrn_reference(x, 9, 0.5, 0.75, 2.0), rtol=2e-6, atol=1e-6)
+
+
 # -- Dropout -------------------------------------------------------------------------------------
 
 
