@@ -356,15 +356,18 @@ def _conv2d_tap_sum(
     bias: Any,
     into: Any = None,
 ) -> Any:
-    """Stride-1 2-D convolution with few output channels (M <= C/4) as one GEMM per kernel tap.
+    """Stride-1 2-D convolution with few output channels (M <= C/4) as shifted sums of one GEMM
+    over all kernel taps at once.
 
     In the padded-width layout (see ``_conv2d_padded_width``) the inputs under tap (i, j) for
-    all outputs are, per channel, one contiguous run of the padded image: a (C, run) matrix
-    view with row stride Hp*Wp that BLAS reads in place. So Y = sum over taps of
-    W[:, :, i, j] @ view(i, j), with no im2col copy. The copy costs C*kh*kw values per output
-    position, the extra accumulation passes M*kh*kw: with M much smaller than C (DenseNet's
-    128 -> 32 layers) the taps win (measured 56x56: 2.2 -> 2.0 ms; 14x14: 244 -> 161 us), and
-    lose from M >= C/2.
+    all outputs are, per channel, one contiguous run of the padded image. So with the taps'
+    weights stacked as a (kh*kw*M, C) matrix, P = W_stacked @ X_padded is one GEMM over the
+    padded image, and Y = sum over taps of P's tap block shifted by the tap's offset: no im2col
+    copy. The copy costs C*kh*kw values per output position, the shifted sums M*kh*kw: with M
+    much smaller than C (DenseNet's 128 -> 32 layers) the taps win. One tall GEMM instead of a
+    skinny (M-row) GEMM per tap: DenseNet's 56x56 1611 -> 1271 us, 28x28 567 -> 389 us alone;
+    it loses from M >= C/2. Taps go _TAPS_PER_GEMM at a time, so P stays within a few times the
+    input for large kernels.
     """
     n, c = x.shape[:2]
     m, _, kh, kw = w.shape
@@ -375,25 +378,36 @@ def _conv2d_tap_sum(
     xpad = xp.zeros((n, c, hp, wp), dtype=x.dtype)
     xpad[:, :, begin[0] : begin[0] + x.shape[2], begin[1] : begin[1] + x.shape[3]] = x
     run = oh * wp
-    taps = derived((w,), ("per-tap", np.dtype(x.dtype).str), lambda: _per_tap(xp, w, x.dtype))
+    taps = kh * kw
+    stacked = derived((w,), ("per-tap", np.dtype(x.dtype).str), lambda: _per_tap(xp, w, x.dtype)).reshape(taps * m, c)
+    offsets = [(t // kw) * dh * wp + (t % kw) * dw for t in range(taps)]
     y = xp.empty((n, m, oh, ow), dtype=x.dtype) if into is None else into
     acc = xp.empty((m, run), dtype=x.dtype)
-    part = xp.empty((m, run), dtype=x.dtype)
     for i in range(n):
         flat = xpad[i].reshape(c, hp * wp)
-        for t in range(kh * kw):
-            off = (t // kw) * dh * wp + (t % kw) * dw
-            if t == 0:
-                xp.matmul(taps[t], flat[:, off : off + run], out=acc)
-            else:
-                xp.matmul(taps[t], flat[:, off : off + run], out=part)
-                acc += part
+        for t0 in range(0, taps, _TAPS_PER_GEMM):
+            t1 = min(taps, t0 + _TAPS_PER_GEMM)
+            prod = xp.matmul(stacked[t0 * m : t1 * m], flat)  # ((t1 - t0) * M, Hp * Wp)
+            blocks = [prod[(t - t0) * m : (t - t0 + 1) * m, offsets[t] : offsets[t] + run] for t in range(t0, t1)]
+            if t0 == 0:
+                if len(blocks) > 1:
+                    xp.add(blocks[0], blocks[1], out=acc)
+                    blocks = blocks[2:]
+                else:
+                    acc[...] = blocks[0]
+                    blocks = []
+            for b in blocks:
+                acc += b
         full = acc.reshape(m, oh, wp)[:, :, :ow]
         if bias is None:
             y[i] = full
         else:
             xp.add(full, bias.reshape(m, 1, 1), out=y[i])
     return y
+
+
+# Kernel taps per stacked GEMM of the tap sum: a 3x3 kernel in one.
+_TAPS_PER_GEMM = 9
 
 
 def _per_tap(xp: Any, w: Any, dtype: Any) -> Any:

@@ -103,8 +103,10 @@ CONV_CASES = [
     ("im2col_asymmetric_pads", (1, 2, 6, 6), (3, 2, 2, 3), 1, [1, 1], [0, 2, 3, 1], [1, 1]),
     ("padded_width_dilated_grouped", (2, 8, 10, 9), (6, 4, 3, 2), 2, [1, 1], [2, 1, 0, 3], [2, 3]),
     ("padded_width_no_pad", (1, 5, 6, 7), (3, 5, 2, 2), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
-    # At most a quarter as many output as input channels: one GEMM per kernel tap.
+    # At most a quarter as many output as input channels: one GEMM over the stacked taps (nine
+    # at a time), then shifted sums.
     ("tap_sum", (2, 16, 9, 8), (4, 16, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
+    ("tap_sum_7x7_in_groups_of_taps", (1, 28, 12, 11), (3, 28, 7, 7), 1, [1, 1], [3, 2, 3, 4], [1, 1]),
     ("tap_sum_dilated_asymmetric", (1, 20, 10, 9), (5, 20, 3, 2), 1, [1, 1], [2, 0, 1, 3], [2, 3]),
     ("tap_sum_unpadded_5x5", (2, 12, 8, 9), (3, 12, 5, 5), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     ("winograd_f4", (2, 64, 27, 29), (64, 64, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
