@@ -22,6 +22,7 @@ from .passes import (
     fuse_patterns,
     fuse_pointwise_depthwise,
     memoize_shapes,
+    merge_sibling_pointwise,
     pack_matmuls,
     relu_after_pool,
     swap_pool_pointwise,
@@ -48,7 +49,7 @@ EXTENDED: list[Pass] = [
 ]
 LAYOUT: list[Pass] = []
 # Run once at the end (extended level, host sessions): they wrap what the others left.
-FINAL_HOST: list[Pass] = [memoize_shapes.run]
+FINAL_HOST: list[Pass] = [merge_sibling_pointwise.run, memoize_shapes.run]
 
 MAX_ROUNDS = 16
 
