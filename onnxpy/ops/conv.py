@@ -13,6 +13,7 @@ import numpy as np
 from ._compat import check_alloc
 from ._depthwise import depthwise_channels_last, is_channels_last, tiled_rows
 from ._derived import derived
+from ._scratch import scratch
 from ._spatial import geometry, pad_input, strided_view, window_slices, windows_view
 from .registry import memoized, op
 
@@ -529,24 +530,76 @@ def _winograd(xp: Any, x: Any, w: Any, begin: list[int], out: list[int], r: int,
     t = r + 2
     th, tw = -(-oh // r), -(-ow // r)
     hp, wp = r * th + 2, r * tw + 2
-    xpad = xp.zeros((n, c, hp, wp), dtype=x.dtype)
-    xpad[:, :, begin[0] : begin[0] + h, begin[1] : begin[1] + wd] = x
+    xpad = _zero_bordered(xp, "winograd-padded", x, begin, (hp, wp))
+    u = _winograd_weights(xp, w, r)
+    out_arr = xp.empty((n, m, oh, ow), dtype=x.dtype) if into is None else into
+    # Bands of tile rows bound the transformed tiles (t*t values per input channel and tile) to
+    # about _WINOGRAD_BAND_BYTES: whole, VGG's 64-channel 224x224 layer had 29 MB arrays, fresh
+    # pages on every call (36 -> 25 ms in bands). Smaller layers run in one band.
+    per_row = t * t * max(c, m) * n * tw * x.dtype.itemsize
+    rows = max(1, _WINOGRAD_BAND_BYTES // per_row) if per_row * th > 4 * _WINOGRAD_BAND_BYTES else th
+    for a0 in range(0, th, rows):
+        a1 = min(th, a0 + rows)
+        y0, y1 = r * a0, min(oh, r * a1)
+        _winograd_band(xp, xpad[:, :, r * a0 : r * a1 + 2], u, r, bias, out_arr[:, :, y0:y1, :], ow)
+    return out_arr
+
+
+# Transformed-tile bytes per band of a large Winograd layer (see _winograd).
+_WINOGRAD_BAND_BYTES = 4 << 20
+
+
+def _temporary(xp: Any, key: str, shape: tuple[int, ...], dtype: Any) -> Any:
+    """A kernel temporary: a reused per-thread buffer on the host (see _scratch.py)."""
+    return scratch(key, shape, dtype) if xp is np else xp.empty(shape, dtype=dtype)
+
+
+def _zero_bordered(xp: Any, key: str, x: Any, begin: list[int], size: tuple[int, int]) -> Any:
+    """``x`` (N, C, H, W) copied into a zero-bordered (N, C, *size) temporary at ``begin``."""
+    n, c, h, wd = x.shape
+    hp, wp = size
+    if xp is not np:
+        pad = xp.zeros((n, c, hp, wp), dtype=x.dtype)
+        pad[:, :, begin[0] : begin[0] + h, begin[1] : begin[1] + wd] = x
+        return pad
+    pad = scratch(key, (n, c, hp, wp), x.dtype)
+    r0, r1, q0, q1 = begin[0], begin[0] + h, begin[1], begin[1] + wd
+    pad[:, :, :r0] = 0
+    pad[:, :, r1:] = 0
+    pad[:, :, r0:r1, :q0] = 0
+    pad[:, :, r0:r1, q1:] = 0
+    pad[:, :, r0:r1, q0:q1] = x
+    return pad
+
+
+def _winograd_band(xp: Any, xpad: Any, u: Any, r: int, bias: Any, dst: Any, ow: int) -> None:
+    """Winograd over the padded rows ``xpad`` (N, C, r*a + 2, Wp) into ``dst`` (N, M, rows, ow)."""
+    n, c = xpad.shape[:2]
+    m = u.shape[1]
+    t = r + 2
+    th, tw = (xpad.shape[2] - 2) // r, (xpad.shape[3] - 2) // r
     s = xpad.strides
     # tiles[i, j, c, n, a, b] = xpad[n, c, r*a + i, r*b + j]: gathered once into (t*t, C*N*T).
     tiles = _as_strided(xp, xpad, (t, t, c, n, th, tw), (s[2], s[3], s[1], s[0], r * s[2], r * s[3]))
     kin, _, kout = _WINO[r]
-    v = xp.matmul(xp.asarray(kin, dtype=x.dtype), tiles.reshape(t * t, c * n * th * tw))
-    u = _winograd_weights(xp, w, r)
-    prod = xp.matmul(u, v.reshape(t * t, c, n * th * tw))  # (t*t, M, N*T)
-    y = xp.matmul(xp.asarray(kout, dtype=x.dtype), prod.reshape(t * t, m * n * th * tw))  # (r*r, M*N*T)
-    # (i, j, M, N, a, b) -> (N, M, a, i, b, j): the output tiles in place, cropped to (oh, ow).
-    y = y.reshape(r, r, m, n, th, tw).transpose(3, 2, 4, 0, 5, 1).reshape(n, m, r * th, r * tw)[:, :, :oh, :ow]
-    out_arr = xp.empty((n, m, oh, ow), dtype=x.dtype) if into is None else into
+    dt = xpad.dtype
+    count = n * th * tw
+    gathered = _temporary(xp, "winograd-tiles", (t * t, c * count), dt)
+    gathered.reshape(t, t, c, n, th, tw)[...] = tiles
+    v = xp.matmul(xp.asarray(kin, dtype=dt), gathered, out=_temporary(xp, "winograd-v", (t * t, c * count), dt))
+    prod = xp.matmul(u, v.reshape(t * t, c, count), out=_temporary(xp, "winograd-prod", (t * t, m, count), dt))
+    y = xp.matmul(
+        xp.asarray(kout, dtype=dt),
+        prod.reshape(t * t, m * count),
+        out=_temporary(xp, "winograd-y", (r * r, m * count), dt),
+    )  # (r*r, M*N*T)
+    # (i, j, M, N, a, b) -> (N, M, a, i, b, j): the output tiles in place, cropped to dst.
+    rows = dst.shape[2]
+    y = y.reshape(r, r, m, n, th, tw).transpose(3, 2, 4, 0, 5, 1).reshape(n, m, r * th, r * tw)[:, :, :rows, :ow]
     if bias is None:
-        out_arr[...] = y
+        dst[...] = y
     else:
-        xp.add(y, bias.reshape(1, m, 1, 1), out=out_arr)
-    return out_arr
+        xp.add(y, bias.reshape(1, m, 1, 1), out=dst)
 
 
 def _depthwise(

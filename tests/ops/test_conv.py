@@ -145,6 +145,55 @@ def test_conv_paths_against_direct_reference(
     _close(got_ort, want_ort)
 
 
+@pytest.mark.parametrize(
+    "xs,ws,pads",
+    [
+        ((2, 64, 27, 29), (64, 64, 3, 3), [1, 1, 1, 1]),  # F(4x4): 7 tile rows
+        ((1, 192, 10, 11), (192, 192, 3, 3), [0, 1, 2, 0]),  # F(2x2), asymmetric pads
+    ],
+    ids=["f4", "f2"],
+)
+def test_winograd_in_bands_of_tile_rows(monkeypatch: pytest.MonkeyPatch, xs: tuple, ws: tuple, pads: list[int]) -> None:
+    # A tiny band budget splits these layers into bands of one or two tile rows (large layers,
+    # such as VGG's 64-channel 224x224 one, take bands at the real budget).
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    bands: list[int] = []
+    from onnxpy.ops import conv as conv_mod
+
+    band = conv_mod._winograd_band
+
+    def counted(*args: Any) -> None:
+        bands.append(args[5].shape[2])
+        band(*args)
+
+    monkeypatch.setattr(conv_mod, "_WINOGRAD_BAND_BYTES", 40_000)
+    monkeypatch.setattr(conv_mod, "_winograd_band", counted)
+    got = conv_mod.conv_nd(np, x, w, b, pads=pads)
+    assert len(bands) > 2 and sum(bands) == got.shape[2], bands
+    want = reference_conv(x, w, b, [1, 1], pads, [1, 1], 1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=max(1e-4, 1e-5 * float(np.max(np.abs(want)))))
+
+
+def test_winograd_results_survive_the_next_call() -> None:
+    # Its temporaries are reused per-thread buffers (ops/_scratch.py): no result may live in one.
+    from onnxpy.ops import conv as conv_mod
+
+    rng = np.random.default_rng(22)
+    w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    x1, x2 = (rng.standard_normal((1, 64, 40, 40)).astype(np.float32) for _ in range(2))
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [40, 40]) == 4
+    y1 = conv_mod.conv_nd(np, x1, w, pads=[1, 1, 1, 1])
+    kept = y1.copy()
+    y2 = conv_mod.conv_nd(np, x2, w, pads=[1, 1, 1, 1])
+    assert not np.shares_memory(y1, y2)
+    np.testing.assert_array_equal(y1, kept)
+    want = reference_conv(x2, w, None, [1, 1], [1, 1, 1, 1], [1, 1], 1)
+    np.testing.assert_allclose(y2, want, rtol=1e-4, atol=1e-5 * float(np.max(np.abs(want))))
+
+
 def _same_pads(size: list[int], kernel: list[int], strides: list[int], dilations: list[int], upper: bool) -> list[int]:
     begin, end = [], []
     for n, k, s, d in zip(size, kernel, strides, dilations):
