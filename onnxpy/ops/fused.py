@@ -463,6 +463,56 @@ def packed_matmul(xp: Any, A: Any, B: Any, bias: Any = None, *, splits: list[int
     return tuple(parts)
 
 
+@op("SiblingConv", 1, domain=DOMAIN)
+def sibling_conv(
+    xp: Any,
+    X: Any,  # noqa: N803 - ONNX names
+    W: Any,  # noqa: N803
+    B: Any = None,  # noqa: N803
+    *,
+    splits: list[int],
+    relu_channels: int = 0,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+    ctx: Any = None,
+) -> tuple[Any, ...]:
+    """Convolutions of one input stacked into one (optimizer/passes/merge_sibling_pointwise.py):
+    Conv(X, W, B) once, Relu on its first ``relu_channels`` channels, returned as channel slices
+    of ``splits`` sizes (views: no copy)."""
+    if sum(splits) != W.shape[0] or any(s <= 0 for s in splits):
+        raise ValueError(f"splits {list(splits)} must be positive and add up to W's {W.shape[0]} output channels")
+    if not 0 <= relu_channels <= W.shape[0]:
+        raise ValueError(f"relu_channels {relu_channels} must be within W's {W.shape[0]} output channels")
+
+    def rectify(y: Any) -> None:
+        apply_activation(xp, y, "Relu", [])
+
+    y = conv_nd(
+        xp,
+        X,
+        W,
+        B,
+        auto_pad=auto_pad,
+        dilations=dilations,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+        ctx=ctx,
+        epilogue=rectify if relu_channels == W.shape[0] else None,
+    ).astype(X.dtype, copy=False)
+    if 0 < relu_channels < W.shape[0]:
+        rectify(y[:, :relu_channels])
+    parts = []
+    start = 0
+    for size in splits:
+        parts.append(y[:, start : start + size])
+        start += size
+    return tuple(parts)
+
+
 @op("Gelu", 1, domain=DOMAIN)
 def fused_gelu(xp: Any, X: Any) -> Any:  # noqa: N803
     """x * 0.5 * (1 + erf(x / sqrt(2))), from an exporter's decomposed pattern."""

@@ -1,5 +1,5 @@
 """optimizer/passes/merge_sibling_pointwise.py: 1x1 convolutions reading one input become one
-convolution over their stacked weights and a Split, with the same numbers; convolutions that
+SiblingConv over their stacked weights, with the same numbers; convolutions that
 cannot stack stay apart."""
 
 from __future__ import annotations
@@ -72,26 +72,25 @@ def _siblings(
 def test_inception_style_siblings_stack_into_one_convolution(batch: int) -> None:
     model = _siblings([(8, True, {}), (5, True, {}), (3, True, {})], batch=batch)
     ops = _ops(model)
-    assert ops.get("Split") == 1 and ops.get("Relu") is None, ops
-    # One stacked 1x1 plus the three 3x3 readers.
-    assert ops.get("FusedConv", 0) + ops.get("Conv", 0) == 4, ops
+    assert ops.get("SiblingConv") == 1 and ops.get("Relu") is None, ops
+    assert ops.get("FusedConv", 0) + ops.get("Conv", 0) == 3, ops  # the three 3x3 readers
     _check(model, [batch, 12, 7, 6])
 
 
 def test_mixed_activations_take_one_relu_over_the_leading_slice() -> None:
     # ResNet's first block: a main 1x1 with Relu and a shortcut 1x1 without, listed plain first.
     model = _siblings([(6, False, {}), (9, True, {}), (4, False, {}), (2, True, {})])
-    ops = _ops(model)
-    assert ops.get("Relu") == 1 and ops.get("Split") == 3, ops
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    (sib,) = [n for n in graph.nodes if n.op_type == "SiblingConv"]
+    assert sib.attrs["splits"] == [9, 2, 6, 4] and sib.attrs["relu_channels"] == 11
+    assert not any(n.op_type == "Relu" for n in graph.nodes)
     _check(model, [1, 12, 7, 6])
 
 
-def test_strided_siblings_stack_and_old_opsets_get_the_split_attribute() -> None:
+def test_strided_siblings_stack() -> None:
     model = _siblings([(8, True, {"strides": [2, 2]}), (5, True, {"strides": [2, 2]})], opset=11)
-    graph = build_graph(model)
-    optimize(graph, 99, host_only=True)
-    split = next(n for n in graph.nodes if n.op_type == "Split")
-    assert list(split.attrs["split"]) == [8, 5] and len(split.inputs) == 1
+    assert _ops(model).get("SiblingConv") == 1
     _check(model, [1, 12, 7, 6])
 
 
@@ -107,7 +106,7 @@ def test_strided_siblings_stack_and_old_opsets_get_the_split_attribute() -> None
 )
 def test_convolutions_that_cannot_stack_stay_apart(specs: list[tuple[int, bool, dict]]) -> None:
     model = _siblings(specs)
-    assert "Split" not in _ops(model)
+    assert "SiblingConv" not in _ops(model)
     _check(model, [1, 12, 7, 6])
 
 
@@ -123,9 +122,22 @@ def test_weights_fed_at_run_time_are_not_stacked() -> None:
         [vinfo("a", F, None), vinfo("b", F, None)],
         initializers={"w1": w1},
     )
-    assert "Split" not in _ops(model)
+    assert "SiblingConv" not in _ops(model)
 
 
 def test_a_member_output_fetched_by_name() -> None:
     model = _siblings([(8, True, {}), (5, False, {})])
     _check(model, [1, 12, 7, 6], fetch=["r0", "c1", "e1"])
+
+
+def test_sibling_conv_checks_its_splits() -> None:
+    from onnxpy.ops.fused import sibling_conv
+
+    x = np.ones((1, 4, 3, 3), np.float32)
+    w = np.ones((6, 4, 1, 1), np.float32)
+    with pytest.raises(ValueError, match="splits \\[2, 3\\] must be positive and add up to W's 6"):
+        sibling_conv(np, x, w, splits=[2, 3])
+    with pytest.raises(ValueError, match="relu_channels 7 must be within"):
+        sibling_conv(np, x, w, splits=[2, 4], relu_channels=7)
+    a, b = sibling_conv(np, x - 2, w, splits=[2, 4], relu_channels=2)
+    assert (a == 0).all() and (b == -4).all()  # Relu on the first two channels only

@@ -1,16 +1,15 @@
 """1x1 convolutions that read the same input -> one convolution over their stacked weights,
-split into the members' outputs.
+split into the members' outputs (``onnxpy.fused::SiblingConv``).
 
 Inception blocks open with two to four 1x1 convolutions of the block's input (the 1x1 branch and
 the reductions before the 3x3 and 5x5 branches), ResNet's first block with its main 1x1 and its
 projection shortcut. Each is a GEMM with a few dozen to a few hundred rows over the same
 input: stacked, they make one GEMM with all the rows, which BLAS runs nearer its peak, and the
-input is read once. The members' outputs are channel slices of the result: a Split, whose
-outputs are views (no copy for one image).
+input is read once. The members' outputs are channel slices of the result, views (no copy
+for one image).
 
-A shared activation is fused into the stacked convolution. Where members differ (ResNet's main
-branch has a Relu, its shortcut none), the members with Relu come first and one Relu node runs
-over their slice, as a fused one would have.
+The members with Relu come first, so one in-place Relu covers their leading channels, as a
+fused one would have (ResNet's main branch has a Relu, its shortcut none).
 
 Members: Conv or FusedConv with constant float32 weights (and bias), a 1x1 kernel, group 1, no
 residual input or channel shuffle, activation none or Relu, and the same strides, pads and
@@ -24,7 +23,6 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from onnx import helper
 
 from ...ir.graph import Graph, Node
 from ..rewrite import FUSED_DOMAIN, Sweep, constant, is_conv
@@ -86,49 +84,10 @@ def _merge(graph: Graph, sweep: Sweep, x: str, members: list[Node]) -> None:
     bn = sweep.new_name(f"{base}_siblings_b")
     graph.initializers[wn] = np.concatenate(weights, axis=0)  # type: ignore[arg-type]
     graph.initializers[bn] = np.concatenate(biases, axis=0)  # type: ignore[arg-type]
-    attrs = {k: v for k, v in first.attrs.items() if k in _SPATIAL_ATTRS}
-    attrs["group"] = 1
-    if all(relu):
-        attrs["activation"] = "Relu"
-    stacked = sweep.new_name(f"{base}_siblings")
-    x_shape = graph.shape(x)
-    out_shape = graph.shape(first.outputs[0])
-    spatial = out_shape[2:] if out_shape is not None else None
-    batch = x_shape[0] if x_shape is not None else None
-
-    def typed(name: str, channels: int) -> None:
-        if spatial is not None and batch is not None:
-            graph.types[name] = helper.make_tensor_type_proto(1, [batch, channels, *spatial])
-
-    typed(stacked, sum(rows))
-    conv = Node("FusedConv", [x, wn, bn], [stacked], attrs, f"{base}_siblings", FUSED_DOMAIN, 1)
-    sweep.replace(first, conv)
+    attrs: dict[str, Any] = {k: v for k, v in first.attrs.items() if k in _SPATIAL_ATTRS}
+    attrs["splits"] = rows
+    attrs["relu_channels"] = sum(r for r, on in zip(rows, relu) if on)
+    outputs = [n.outputs[0] for n in members]
+    sweep.replace(first, Node("SiblingConv", [x, wn, bn], outputs, attrs, f"{base}_siblings", FUSED_DOMAIN, 1))
     for n in members[1:]:
         sweep.remove(n)
-    outputs = [n.outputs[0] for n in members]
-    if all(relu) or not any(relu):
-        _split(graph, sweep, stacked, rows, outputs, base)
-        return
-    # Mixed: split into [Relu members | the others], one Relu over the first part.
-    k = sum(relu)
-    raw, rest = sweep.new_name(f"{base}_siblings_relu_in"), sweep.new_name(f"{base}_siblings_rest")
-    typed(raw, sum(rows[:k]))
-    typed(rest, sum(rows[k:]))
-    _split(graph, sweep, stacked, [sum(rows[:k]), sum(rows[k:])], [raw, rest], base)
-    rectified = sweep.new_name(f"{base}_siblings_relu")
-    typed(rectified, sum(rows[:k]))
-    sweep.add(Node("Relu", [raw], [rectified], {}, f"{base}_siblings_relu", "", graph.opsets.get("", 13)))
-    _split(graph, sweep, rectified, rows[:k], outputs[:k], f"{base}_relu")
-    _split(graph, sweep, rest, rows[k:], outputs[k:], f"{base}_rest")
-
-
-def _split(graph: Graph, sweep: Sweep, value: str, sizes: list[int], outputs: list[str], base: str) -> None:
-    """Channel slices of ``value`` under the names ``outputs``: a Split, whose outputs are views."""
-    opset = graph.opsets.get("", 13)
-    name = f"{base}_split"
-    if opset >= 13:
-        sn = sweep.new_name(f"{base}_split_sizes")
-        graph.initializers[sn] = np.array(sizes, dtype=np.int64)
-        sweep.add(Node("Split", [value, sn], list(outputs), {"axis": 1}, name, "", opset))
-    else:
-        sweep.add(Node("Split", [value], list(outputs), {"axis": 1, "split": list(sizes)}, name, "", opset))
