@@ -436,11 +436,25 @@ def fused_gemm(
 
 @op("FusedMatMul", 1, domain=DOMAIN)
 def fused_matmul(
-    xp: Any, A: Any, B: Any, bias: Any = None, *, activation: str = "", activation_params: list[float] | None = None
-) -> Any:  # noqa: N803
+    xp: Any,
+    A: Any,  # noqa: N803 - ONNX names
+    B: Any,  # noqa: N803
+    bias: Any = None,
+    Z: Any = None,  # noqa: N803
+    *,
+    activation: str = "",
+    activation_params: list[float] | None = None,
+) -> Any:
+    """activation(A @ B + bias + Z): MatMul with its bias, residual addend ``Z`` (a transformer's
+    skip connection) and activation (optimizer/passes/fuse_activation.py), each optional."""
     y = xp.matmul(A, B)
     if bias is not None:
         y += bias
+    if Z is not None:
+        if _broadcasts_into(tuple(Z.shape), tuple(y.shape)):
+            y += Z
+        else:
+            y = y + Z  # the addend broadcasts to a larger shape: a new array
     if not activation:
         return y
     return apply_activation(xp, y, activation, activation_params or [])

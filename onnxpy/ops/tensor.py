@@ -492,6 +492,8 @@ def expand(xp: Any, input: Any, shape: Any, *, ctx: Any = None) -> Any:  # noqa:
         out_shape = np.broadcast_shapes(tuple(input.shape), tuple(dims))
     except ValueError:
         raise ValueError(f"cannot expand shape {list(input.shape)} to {dims}") from None
+    if out_shape == tuple(input.shape):
+        return input.view()  # nothing to broadcast (a transformer's mask, often): no copy
     check_alloc(out_shape, input.dtype, ctx, "Expand")
     return xp.broadcast_to(input, out_shape).copy()
 

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
 from onnxpy.model import dtypes
+from tests.helpers import make_model, vinfo
 
 F, I64, I32, BOOL, STR = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL, TensorProto.STRING
 
@@ -501,6 +502,22 @@ def test_range_zero_delta_raises() -> None:
 def test_expand(xshape: tuple[int, ...], shape: list[int]) -> None:
     x = RNG.standard_normal(xshape).astype(np.float32)
     vs_ort("Expand", {"x": x, "s": np.array(shape, np.int64)}, {"y": F})
+
+
+def test_expand_to_its_own_shape_hands_back_no_alias_of_the_feed() -> None:
+    # The kernel returns a view (no copy) when nothing broadcasts; the caller still gets an
+    # array of its own, as from onnxruntime.
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    model = make_model(
+        [helper.make_node("Expand", ["x", "s"], ["y"])],
+        [vinfo("x", F, [2, 3])],
+        [vinfo("y", F, None)],
+        initializers={"s": np.array([2, 3], np.int64)},
+    )
+    (y,) = onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_array_equal(y, x)
+    assert not np.shares_memory(y, x)
+    vs_ort("Expand", {"x": x, "s": np.array([2, 3], np.int64)}, {"y": F})
 
 
 def test_expand_incompatible_raises() -> None:

@@ -6,11 +6,13 @@ import collections
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 import onnxpy
 from onnxpy.ir.graph import Node
+from onnxpy.optimizer.manager import optimize
 from onnxpy.optimizer.passes import constant_folding, eliminate, fold_batchnorm, fuse_activation
 from onnxpy.optimizer.rewrite import FUSED_DOMAIN
 from onnxpy.runtime.compile import build_graph
@@ -301,6 +303,44 @@ def test_gemm_relu_and_matmul_bias_fusions() -> None:
     assert fuse_activation.run(graph)
     assert _ops(graph) == {"FusedGemm": 1, "FusedMatMul": 1}
     _same_numbers(m, {"x": RNG.standard_normal((2, 5)).astype(np.float32)})
+
+
+@pytest.mark.parametrize(
+    "z_shape,then_relu",
+    [((2, 4, 3), False), ((4, 3), True), ((1, 3), False), ((3, 2, 4, 3), False)],
+    ids=["same-shape", "broadcast-then-relu", "row", "larger"],
+)
+def test_matmul_bias_residual_add_becomes_one_fused_matmul(z_shape: tuple[int, ...], then_relu: bool) -> None:
+    """MatMul + bias + Add of a tensor (a transformer's skip connection): the addend becomes
+    FusedMatMul's 4th input, added in place when it broadcasts into the product, into a new
+    array when it broadcasts the product larger; an activation after it still fuses."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"]),
+        helper.make_node("Add", ["mm", "b"], ["lin"]),
+        helper.make_node("Add", ["z", "lin"], ["res"]),  # the residual first: either order fuses
+    ]
+    if then_relu:
+        nodes.append(helper.make_node("Relu", ["res"], ["y"]))
+    out = "y" if then_relu else "res"
+    inits = {"w": RNG.standard_normal((5, 3)).astype(np.float32), "b": RNG.standard_normal(3).astype(np.float32)}
+    m = make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, [2, 4, 5]), vinfo("z", TensorProto.FLOAT, list(z_shape))],
+        [vinfo(out, TensorProto.FLOAT, None)],
+        initializers=inits,
+    )
+    graph = build_graph(m)
+    optimize(graph, 99, host_only=True)
+    (fused,) = graph.nodes
+    assert fused.op_type == "FusedMatMul" and fused.inputs[3] == "z"
+    assert fused.attrs.get("activation", "") == ("Relu" if then_relu else "")
+    feeds = {
+        "x": RNG.standard_normal((2, 4, 5)).astype(np.float32),
+        "z": RNG.standard_normal(z_shape).astype(np.float32),
+    }
+    sess = _same_numbers(m, feeds)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)
 
 
 def test_levels_select_passes() -> None:

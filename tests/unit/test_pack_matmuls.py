@@ -15,7 +15,12 @@ F = TensorProto.FLOAT
 
 
 def _model(
-    *, runtime_weight: bool = False, activation: bool = False, dtype: int = F, extra_readers: bool = False
+    *,
+    runtime_weight: bool = False,
+    activation: bool = False,
+    dtype: int = F,
+    extra_readers: bool = False,
+    residual: bool = False,
 ) -> onnx.ModelProto:
     """x (2, 5, 8) times wq/wk/wv (+ biases) and a bias-free wo; optionally one weight fed as an
     input, a ReLU after the query product, float64, or in-place-able readers of the results."""
@@ -40,6 +45,11 @@ def _model(
     if activation:
         nodes.append(helper.make_node("Relu", ["q"], ["qr"]))
         outs[0] = "qr"
+    if residual:
+        # A skip connection after the key product: it fuses into that FusedMatMul instead.
+        nodes.append(helper.make_node("Add", ["k", "x6"], ["kr"]))
+        inits["x6"] = rng.standard_normal((2, 5, 6)).astype(np_dt)
+        outs[1] = "kr"
     if extra_readers:
         # Add may write in place; its input is a slice of the packed product, so it must not.
         nodes.append(helper.make_node("Add", ["q", "q"], ["qq"]))
@@ -73,6 +83,44 @@ def test_a_fused_activation_leaves_that_product_out() -> None:
     model = _model(activation=True)
     assert optimized_op_counts(model) == {"PackedMatMul": 1, "FusedMatMul": 1}
     _check(model)
+
+
+def test_a_residual_add_after_a_packed_product_stays_correct() -> None:
+    # Packing wins the race (both passes run in the same round): the Add stays after the slice.
+    model = _model(residual=True)
+    assert optimized_op_counts(model) == {"PackedMatMul": 1, "Add": 1}
+    _check(model)
+
+
+def test_a_fused_matmul_with_a_residual_is_never_packed() -> None:
+    from onnxpy.optimizer.passes import pack_matmuls
+    from onnxpy.runtime.compile import build_graph
+
+    rng = np.random.default_rng(3)
+    inits = {n: rng.standard_normal((8, 6)).astype(np.float32) for n in ("wa", "wb", "wc")}
+    inits.update({n: rng.standard_normal(6).astype(np.float32) for n in ("ba", "bb", "bc")})
+    nodes = [
+        helper.make_node("FusedMatMul", ["x", "wa", "ba"], ["a"], domain="onnxpy.fused"),
+        helper.make_node("FusedMatMul", ["x", "wb", "bb", "z"], ["b"], domain="onnxpy.fused"),
+        helper.make_node("FusedMatMul", ["x", "wc", "bc"], ["c"], domain="onnxpy.fused"),
+    ]
+    model = make_model(
+        nodes,
+        [vinfo("x", F, [5, 8]), vinfo("z", F, [5, 6])],
+        [vinfo(o, F, None) for o in "abc"],
+        initializers=inits,
+        extra_opsets={"onnxpy.fused": 1},
+    )
+    graph = build_graph(model)
+    assert pack_matmuls.run(graph)
+    kept = [n for n in graph.nodes if n.op_type == "FusedMatMul"]
+    assert [n.outputs for n in kept] == [["b"]] and kept[0].inputs[3] == "z"
+    import onnxpy
+
+    x, z = rng.standard_normal((5, 8)).astype(np.float32), rng.standard_normal((5, 6)).astype(np.float32)
+    got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": x, "z": z})
+    for g, w, b, addend in zip(got, ("wa", "wb", "wc"), ("ba", "bb", "bc"), (0, z, 0)):
+        np.testing.assert_allclose(g, x @ inits[w] + inits[b] + addend, rtol=1e-5, atol=1e-5)
 
 
 def test_a_weight_fed_at_run_time_leaves_that_product_out() -> None:

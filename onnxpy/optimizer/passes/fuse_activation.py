@@ -4,7 +4,8 @@
 - Conv / FusedConv / ChannelAffine / Gemm / MatMul+bias followed by an activation (Relu,
   LeakyRelu, Clip with constant bounds, Sigmoid, Tanh, HardSigmoid, HardSwish) carry the activation
   as an attribute and apply it in place.
-- MatMul followed by Add of a constant vector over the last axis becomes FusedMatMul(A, B, bias).
+- MatMul followed by Add of a constant vector over the last axis becomes FusedMatMul(A, B, bias),
+  and an Add after that (a residual, any float32 addend) its 4th input Z.
 """
 
 from __future__ import annotations
@@ -108,6 +109,24 @@ def run(graph: Graph) -> bool:
                     sweep.replace(node, fused)
                     sweep.remove(nxt)
                     continue
+        # Residual add after a MatMul and its bias (a transformer's skip connection).
+        if (
+            node.op_type == "FusedMatMul"
+            and node.domain == FUSED_DOMAIN
+            and not node.attrs.get("activation")
+            and len(node.inputs) == 3
+            and not nxt.domain
+            and nxt.op_type == "Add"
+            and len(nxt.inputs) == 2
+            and nxt.outputs[0]
+        ):
+            other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
+            if other != out and graph.elem_type(other) == 1:
+                node.inputs = [*node.inputs, other]
+                node.outputs = [nxt.outputs[0]]
+                sweep.touch(node)
+                sweep.remove(nxt)
+                continue
         act = activation_of(graph, nxt)
         if act is not None:
             name, params = act

@@ -25,7 +25,12 @@ def _weights(graph: Graph, node: Node) -> tuple[np.ndarray, np.ndarray | None] |
     """(W, bias or None) of a packable product, else None."""
     if node.op_type == "MatMul" and not node.domain and len(node.inputs) == 2:
         bias = None
-    elif node.op_type == "FusedMatMul" and node.domain == FUSED_DOMAIN and not node.attrs.get("activation"):
+    elif (
+        node.op_type == "FusedMatMul"
+        and node.domain == FUSED_DOMAIN
+        and not node.attrs.get("activation")
+        and len(node.inputs) <= 3  # no residual addend
+    ):
         bias = constant(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         if len(node.inputs) > 2 and node.inputs[2] and bias is None:
             return None  # a bias fed at run time
