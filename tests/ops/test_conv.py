@@ -109,8 +109,8 @@ CONV_CASES = [
     ("tap_sum_7x7_in_groups_of_taps", (1, 28, 12, 11), (3, 28, 7, 7), 1, [1, 1], [3, 2, 3, 4], [1, 1]),
     ("tap_sum_dilated_asymmetric", (1, 20, 10, 9), (5, 20, 3, 2), 1, [1, 1], [2, 0, 1, 3], [2, 3]),
     ("tap_sum_unpadded_5x5", (2, 12, 8, 9), (3, 12, 5, 5), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
-    ("winograd_f4", (2, 64, 27, 29), (64, 64, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
-    ("winograd_f4_odd_asymmetric", (1, 64, 29, 27), (72, 64, 3, 3), 1, [1, 1], [0, 1, 2, 0], [1, 1]),
+    ("winograd_f4", (1, 128, 27, 29), (128, 128, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
+    ("winograd_f4_odd_asymmetric", (1, 128, 29, 27), (136, 128, 3, 3), 1, [1, 1], [0, 1, 2, 0], [1, 1]),
     ("winograd_f2", (2, 192, 10, 11), (192, 192, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f2_unpadded_odd", (1, 400, 8, 9), (96, 400, 3, 3), 1, [1, 1], [0, 2, 1, 0], [1, 1]),
     # A narrow map (output width < 10): plain im2col rather than the padded width.
@@ -148,7 +148,7 @@ def test_conv_paths_against_direct_reference(
 @pytest.mark.parametrize(
     "xs,ws,pads",
     [
-        ((2, 64, 27, 29), (64, 64, 3, 3), [1, 1, 1, 1]),  # F(4x4): 7 tile rows
+        ((1, 128, 27, 29), (128, 128, 3, 3), [1, 1, 1, 1]),  # F(4x4): 7 tile rows
         ((1, 192, 10, 11), (192, 192, 3, 3), [0, 1, 2, 0]),  # F(2x2), asymmetric pads
     ],
     ids=["f4", "f2"],
@@ -183,8 +183,8 @@ def test_winograd_results_survive_the_next_call() -> None:
 
     rng = np.random.default_rng(22)
     w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
-    x1, x2 = (rng.standard_normal((1, 64, 40, 40)).astype(np.float32) for _ in range(2))
-    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [40, 40]) == 4
+    x1, x2 = (rng.standard_normal((1, 64, 48, 48)).astype(np.float32) for _ in range(2))
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [48, 48]) == 4
     y1 = conv_mod.conv_nd(np, x1, w, pads=[1, 1, 1, 1])
     kept = y1.copy()
     y2 = conv_mod.conv_nd(np, x2, w, pads=[1, 1, 1, 1])
@@ -422,6 +422,9 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
     from onnxpy.ops import conv as conv_mod
 
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [56, 56]) == 4
+    # 28x28: F(4x4) from 128 channels (its transformed weights, 4x the raw ones, come cold).
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 96, 96, [28, 28]) == 0
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 128, [28, 28]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 32, [28, 28]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 512, 512, [7, 7]) == 2
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 256, 256, [7, 7]) == 0  # small map: im2col
@@ -454,8 +457,8 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         for name in originals:
             setattr(conv_mod, name, spy(name))
         x = rng.standard_normal((1, 64, 6, 6)).astype(np.float32)
-        big = rng.standard_normal((1, 64, 28, 28)).astype(np.float32)
-        conv_mod.conv_nd(np, big, rng.standard_normal((64, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
+        big = rng.standard_normal((1, 128, 28, 28)).astype(np.float32)
+        conv_mod.conv_nd(np, big, rng.standard_normal((128, 128, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # 8 <= 64/4
         conv_mod.conv_nd(np, x, rng.standard_normal((24, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # narrow
         wide = rng.standard_normal((1, 64, 6, 12)).astype(np.float32)
