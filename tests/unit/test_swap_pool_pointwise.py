@@ -41,7 +41,13 @@ def _check(model: onnx.ModelProto, shape: list[int]) -> None:
 
 
 def _transition(
-    pool: dict[str, Any], *, bias: bool = True, relu: bool = False, cin: int = 256, cout: int = 128
+    pool: dict[str, Any],
+    *,
+    bias: bool = True,
+    relu: bool = False,
+    cin: int = 256,
+    cout: int = 128,
+    batch: int | str = 2,
 ) -> onnx.ModelProto:
     """DenseNet's transition: a 1x1 convolution (cin -> cout), then an average pool."""
     rng = np.random.default_rng(3)
@@ -56,7 +62,7 @@ def _transition(
         nodes.append(helper.make_node("Relu", ["y"], ["r"]))
         pooled = "r"
     nodes.append(helper.make_node("AveragePool", [pooled], ["p"], **pool))
-    return make_model(nodes, [vinfo("x", F, [2, cin, 12, 12])], [vinfo("p", F, None)], initializers=inits)
+    return make_model(nodes, [vinfo("x", F, [batch, cin, 12, 12])], [vinfo("p", F, None)], initializers=inits)
 
 
 def _projection(
@@ -101,6 +107,12 @@ def test_a_transition_pools_first(pool: dict[str, Any]) -> None:
     order = _order(model)
     assert order[0] == "AveragePool" and order[1:] in (["Conv"], ["FusedConv"]), order
     _check(model, [2, 256, 12, 12])
+
+
+def test_a_free_batch_dimension_does_not_stop_the_swap() -> None:
+    model = _transition({"kernel_shape": [2, 2], "strides": [2, 2]}, batch="N")
+    assert _order(model)[0] == "AveragePool"
+    _check(model, [3, 256, 12, 12])
 
 
 def test_a_projection_convolves_first_and_its_relu_follows_the_pool() -> None:

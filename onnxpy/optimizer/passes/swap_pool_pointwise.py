@@ -16,7 +16,7 @@ padded position counted: ``count_include_pad`` 0, or no padding and ``ceil_mode`
   A fused Relu moves after the pool as its own node.
 
 The order is chosen by a cost estimate (``_cost``); both rewrites use it, so they never undo
-each other. Float32 only, static shapes only.
+each other. Float32 only; every dimension but the batch must be known.
 """
 
 from __future__ import annotations
@@ -82,9 +82,17 @@ def _has_bias(conv: Node) -> bool:
 
 
 def _static(shape: list[Any] | None, rank: int) -> list[int] | None:
-    if shape is None or len(shape) != rank or not all(isinstance(d, int) for d in shape):
+    """``shape`` with its batch dimension set to 1, or None unless every other dimension is a
+    known int. Both orders' costs grow alike with the batch, so a free batch is no obstacle."""
+    if shape is None or len(shape) != rank or not all(isinstance(d, int) for d in shape[1:]):
         return None
-    return shape
+    return [1, *shape[1:]]
+
+
+def _batch(graph: Graph, name: str) -> Any:
+    """The batch dimension of ``name``'s static shape as declared (int, name or None)."""
+    shape = graph.shape(name)
+    return shape[0] if shape else None
 
 
 def _cost(conv_w: list[int], conv_positions: int, pool_channels: int, pool_in: list[int], kernel: list[int]) -> int:
@@ -95,7 +103,7 @@ def _cost(conv_w: list[int], conv_positions: int, pool_channels: int, pool_in: l
     return macs // MACS_PER_POOL_TAP + pool_channels * math.prod(pool_in) * sum(kernel)
 
 
-def _typed(graph: Graph, name: str, shape: list[int]) -> None:
+def _typed(graph: Graph, name: str, shape: list[Any]) -> None:
     graph.types[name] = helper.make_tensor_type_proto(1, shape)
 
 
@@ -148,7 +156,7 @@ def _conv_then_pool(graph: Graph, sweep: Sweep, conv: Node, pool: Node | None) -
     if swapped >= now:
         return
     pooled = sweep.new_name(f"{x}_pooled")
-    _typed(graph, pooled, [xs[0], xs[1], *zs[2:]])
+    _typed(graph, pooled, [_batch(graph, x), xs[1], *zs[2:]])
     sweep.replace(pool, Node(pool.op_type, [x], [pooled], dict(pool.attrs), pool.name, pool.domain, pool.opset))
     sweep.replace(conv, _without_activation(conv, pooled, z))
 
@@ -175,11 +183,11 @@ def _pool_then_conv(graph: Graph, sweep: Sweep, pool: Node) -> None:
     if swapped >= now:
         return
     mixed = sweep.new_name(f"{z}_before_pool")
-    _typed(graph, mixed, [xs[0], w[0], *xs[2:]])
+    _typed(graph, mixed, [_batch(graph, x), w[0], *xs[2:]])
     sweep.replace(conv, _without_activation(conv, x, mixed))
     if activation:
         pooled = sweep.new_name(f"{z}_before_relu")
-        _typed(graph, pooled, [ys[0], w[0], *ys[2:]])
+        _typed(graph, pooled, [_batch(graph, x), w[0], *ys[2:]])
         sweep.replace(pool, Node(pool.op_type, [mixed], [pooled], dict(pool.attrs), pool.name, pool.domain, pool.opset))
         sweep.add(Node("Relu", [pooled], [z], {}, f"{pool.name or 'avgpool'}_relu", "", graph.opsets.get("", 13)))
     else:
