@@ -95,12 +95,12 @@ def _batch(graph: Graph, name: str) -> Any:
     return shape[0] if shape else None
 
 
-def _cost(conv_w: list[int], conv_positions: int, pool_channels: int, pool_in: list[int], kernel: list[int]) -> int:
-    """Estimated time of one order, in pool tap-elements: the convolution's multiply-adds over
-    MACS_PER_POOL_TAP, plus the separable pool's taps (one pass per kernel axis) over its input
-    (N, spatial...) with ``pool_channels`` channels."""
+def _cost(conv_w: list[int], conv_positions: int, pool_channels: int, pool_positions: int, kernel: list[int]) -> int:
+    """Estimated time of one order for one image, in pool tap-elements: the convolution's
+    multiply-adds over MACS_PER_POOL_TAP, plus the separable pool's taps (one pass per kernel
+    axis) over its input of ``pool_positions`` positions and ``pool_channels`` channels."""
     macs = conv_w[0] * conv_w[1] * conv_positions
-    return macs // MACS_PER_POOL_TAP + pool_channels * math.prod(pool_in) * sum(kernel)
+    return macs // MACS_PER_POOL_TAP + pool_channels * pool_positions * sum(kernel)
 
 
 def _typed(graph: Graph, name: str, shape: list[Any]) -> None:
@@ -136,6 +136,25 @@ def run(graph: Graph) -> bool:
     return sweep.finish()
 
 
+def _costs(
+    graph: Graph, conv: Node, pool: Node, p: dict[str, Any], x: str, mid: str, pooled: str
+) -> tuple[list[int], list[int], list[int], int, int] | None:
+    """For the chain from ``x`` through the intermediate ``mid`` to a value pooled like
+    ``pooled``: (W's shape, x's and the pool output's shapes with batch 1, the cost with the
+    convolution first, the cost with the pool first), or None when the two cannot swap."""
+    if graph.elem_type(x) != 1 or graph.elem_type(mid) != 1:
+        return None
+    rank = len(p["kernel"]) + 2
+    w = _pointwise(graph, conv, rank)
+    xs, ps = _static(graph.shape(x), rank), _static(graph.shape(pooled), rank)
+    if w is None or xs is None or ps is None or (_has_bias(conv) and not _weights_sum_to_one(pool, p["pads"])):
+        return None
+    positions = math.prod(xs[2:])
+    conv_first = _cost(w, positions, w[0], positions, p["kernel"])
+    pool_first = _cost(w, math.prod(ps[2:]), xs[1], positions, p["kernel"])
+    return w, xs, ps, conv_first, pool_first
+
+
 def _conv_then_pool(graph: Graph, sweep: Sweep, conv: Node, pool: Node | None) -> None:
     """Conv -> AveragePool becomes AveragePool -> Conv where that costs less."""
     if pool is None or not sweep.fresh(pool) or pool.inputs[0] != conv.outputs[0]:
@@ -143,18 +162,11 @@ def _conv_then_pool(graph: Graph, sweep: Sweep, conv: Node, pool: Node | None) -
     p = _pool_attrs(pool)
     if p is None or conv.attrs.get("activation"):
         return
-    x, y, z = conv.inputs[0], conv.outputs[0], pool.outputs[0]
-    if graph.elem_type(x) != 1 or graph.elem_type(y) != 1:
+    x, z = conv.inputs[0], pool.outputs[0]
+    plan = _costs(graph, conv, pool, p, x, conv.outputs[0], z)
+    if plan is None or plan[4] >= plan[3]:
         return
-    rank = len(p["kernel"]) + 2
-    w = _pointwise(graph, conv, rank)
-    xs, zs = _static(graph.shape(x), rank), _static(graph.shape(z), rank)
-    if w is None or xs is None or zs is None or (_has_bias(conv) and not _weights_sum_to_one(pool, p["pads"])):
-        return
-    now = _cost(w, xs[0] * math.prod(xs[2:]), w[0], [xs[0], *xs[2:]], p["kernel"])
-    swapped = _cost(w, zs[0] * math.prod(zs[2:]), xs[1], [xs[0], *xs[2:]], p["kernel"])
-    if swapped >= now:
-        return
+    _, xs, zs, _, _ = plan
     pooled = sweep.new_name(f"{x}_pooled")
     _typed(graph, pooled, [_batch(graph, x), xs[1], *zs[2:]])
     sweep.replace(pool, Node(pool.op_type, [x], [pooled], dict(pool.attrs), pool.name, pool.domain, pool.opset))
@@ -171,17 +183,10 @@ def _pool_then_conv(graph: Graph, sweep: Sweep, pool: Node) -> None:
     if activation not in ("", "Relu") or not _settled(graph, sweep, conv):
         return
     x, y, z = pool.inputs[0], pool.outputs[0], conv.outputs[0]
-    if graph.elem_type(x) != 1 or graph.elem_type(y) != 1:
+    plan = _costs(graph, conv, pool, p, x, y, y)
+    if plan is None or plan[3] >= plan[4]:
         return
-    rank = len(p["kernel"]) + 2
-    w = _pointwise(graph, conv, rank)
-    xs, ys = _static(graph.shape(x), rank), _static(graph.shape(y), rank)
-    if w is None or xs is None or ys is None or (_has_bias(conv) and not _weights_sum_to_one(pool, p["pads"])):
-        return
-    now = _cost(w, ys[0] * math.prod(ys[2:]), xs[1], [xs[0], *xs[2:]], p["kernel"])
-    swapped = _cost(w, xs[0] * math.prod(xs[2:]), w[0], [xs[0], *xs[2:]], p["kernel"])
-    if swapped >= now:
-        return
+    w, xs, ys, _, _ = plan
     mixed = sweep.new_name(f"{z}_before_pool")
     _typed(graph, mixed, [_batch(graph, x), w[0], *xs[2:]])
     sweep.replace(conv, _without_activation(conv, x, mixed))
