@@ -20,6 +20,7 @@ from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
 from .nn import _broadcasts_into, gemm
 from .registry import memoized, op
+from .tensor import _split
 
 DOMAIN = "onnxpy.fused"
 
@@ -469,12 +470,7 @@ def packed_matmul(xp: Any, A: Any, B: Any, bias: Any = None, *, splits: list[int
     y = xp.matmul(A, B)
     if bias is not None:
         y += bias
-    parts = []
-    start = 0
-    for width in splits:
-        parts.append(y[..., start : start + width])
-        start += width
-    return tuple(parts)
+    return _split(xp, y, -1, list(splits))
 
 
 @op("SiblingConv", 1, domain=DOMAIN)
@@ -519,12 +515,7 @@ def sibling_conv(
     ).astype(X.dtype, copy=False)
     if 0 < relu_channels < W.shape[0]:
         rectify(y[:, :relu_channels])
-    parts = []
-    start = 0
-    for size in splits:
-        parts.append(y[:, start : start + size])
-        start += size
-    return tuple(parts)
+    return _split(xp, y, 1, list(splits))
 
 
 @op("Gelu", 1, domain=DOMAIN)
