@@ -537,6 +537,9 @@ def _average_pool(
     begin, end, out, strides, dilations, ext = _setup(
         x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, ctx
     )
+    whole = _whole_map_mean(xp, x, kernel_shape, dilations, begin, out, count_include_pad)
+    if whole is not None:
+        return whole
     total = _sum_pool(xp, x, kernel_shape, strides, dilations, begin, end, out, ext, None)
     key = (
         tuple(x.shape[2:]),
@@ -554,6 +557,24 @@ def _average_pool(
         # Multiplying by cached reciprocals is a cheaper pass than dividing (<= 1 ulp apart).
         total *= xp.asarray(_reciprocal_counts(key, total.dtype.str))
     return total.astype(x.dtype, copy=False)
+
+
+def _whole_map_mean(
+    xp: Any, x: Any, kernel: list[int], dilations: list[int], begin: list[int], out: list[int], count_include_pad: int
+) -> Any:
+    """A single window over the whole map (the global pooling of classifier heads written as
+    AveragePool, e.g. 7x7 on 7x7): one mean per channel instead of a separable pass per axis
+    (ResNet-50's took 241 us for 2048 channels). None when the pool is not one,
+    or when padded positions would count in the average."""
+    spatial = x.shape[2:]
+    if any(o != 1 for o in out) or any(d != 1 for d in dilations) or x.size == 0:
+        return None
+    # The one window, [-b, -b + k) per axis, must hold the whole axis [0, n).
+    if any(k - b < n for k, b, n in zip(kernel, begin, spatial)):
+        return None
+    if count_include_pad and list(kernel) != list(spatial):
+        return None  # padding counted: the divisor is not the map's size
+    return _spatial_mean(xp, x)
 
 
 @op("AveragePool", 7)
@@ -678,8 +699,32 @@ def _spatial_axes(x: Any, what: str) -> tuple[int, ...]:
 
 @op("GlobalAveragePool", 1)
 def global_average_pool(xp: Any, X: Any) -> Any:  # noqa: N803 - spec name
-    axes = _spatial_axes(X, "GlobalAveragePool")
-    return X.mean(axis=axes, keepdims=True, dtype=_acc_dtype(X.dtype)).astype(X.dtype, copy=False)
+    _spatial_axes(X, "GlobalAveragePool")
+    return _spatial_mean(xp, X)
+
+
+# Most values per mean that _spatial_mean sums in one BLAS dot product.
+MATVEC_MEAN_MAX = 4096
+
+
+def _spatial_mean(xp: Any, x: Any) -> Any:
+    """The mean over every axis after the first two, keeping them as size 1. On the host, for
+    maps of up to MATVEC_MEAN_MAX values (classifier heads), one matrix-vector product with
+    1/count: 7 us against numpy's mean's 50 for 2048 x 7 x 7. Larger maps keep numpy's pairwise
+    sums, whose rounding error grows more slowly."""
+    count = math.prod(x.shape[2:])
+    acc = _acc_dtype(x.dtype)
+    kept = x.shape[:2] + (1,) * (x.ndim - 2)
+    if xp is np and x.size and 0 < count <= MATVEC_MEAN_MAX:
+        weights = np.full(count, 1.0 / count, dtype=acc)
+        work = x.astype(acc, copy=False)
+        if work.flags.c_contiguous:
+            return (work.reshape(-1, count) @ weights).reshape(kept).astype(x.dtype, copy=False)
+        last = work.transpose(0, *range(2, x.ndim), 1)  # channels-last results (depthwise chains)
+        if last.flags.c_contiguous:
+            rows = last.reshape(x.shape[0], count, x.shape[1])
+            return (weights @ rows).reshape(kept).astype(x.dtype, copy=False)
+    return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=acc).astype(x.dtype, copy=False)
 
 
 @op("GlobalMaxPool", 1)

@@ -13,12 +13,14 @@ integers accumulate in their own type (wrapping like C), as onnxruntime does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ._compat import host_ints, normalize_axes, normalize_axis
+from .pool import MATVEC_MEAN_MAX, _spatial_mean
 from .registry import op
 
 # A reduction body: (xp, x, axis tuple, keepdims) -> array (any float dtype; cast back by _run).
@@ -91,6 +93,18 @@ def _min(xp: Any, x: Any, axis: tuple[int, ...], keepdims: bool) -> Any:
 
 
 def _mean(xp: Any, x: Any, axis: tuple[int, ...], keepdims: bool) -> Any:
+    if (
+        xp is np
+        and axis
+        and x.dtype.kind == "f"
+        and tuple(sorted(axis)) == tuple(range(x.ndim - len(axis), x.ndim))
+        and 0 < math.prod(x.shape[x.ndim - len(axis) :]) <= MATVEC_MEAN_MAX
+    ):
+        # The trailing axes of a host float array (a classifier head's spatial mean): one
+        # matrix-vector product with 1/count, as GlobalAveragePool does (ops/pool.py).
+        lead = x.shape[: x.ndim - len(axis)]
+        mean = _spatial_mean(np, x.reshape(1, -1, *x.shape[x.ndim - len(axis) :]))
+        return mean.reshape(lead + ((1,) * len(axis) if keepdims else ()))
     total = _sum(xp, x, axis, keepdims)
     count = 1
     for a in axis:

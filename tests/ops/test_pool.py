@@ -149,6 +149,38 @@ def test_average_pool_opset7_and_10() -> None:
     _same(got, want)
 
 
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize(
+    "shape,attrs,whole",
+    [
+        ((2, 8, 7, 7), {"kernel_shape": [7, 7]}, True),  # ResNet's head
+        ((1, 8, 6, 6), {"kernel_shape": [7, 7], "pads": [0, 0, 1, 1]}, None),  # GoogLeNet's
+        ((2, 4, 9), {"kernel_shape": [9]}, True),  # 1-D
+        ((1, 3, 7, 7), {"kernel_shape": [6, 6]}, False),  # 2x2 windows
+    ],
+    ids=["7x7-on-7x7", "padded", "1d", "not-whole"],
+)
+def test_average_pool_over_the_whole_map(
+    monkeypatch: pytest.MonkeyPatch,
+    shape: tuple[int, ...],
+    attrs: dict[str, Any],
+    whole: bool | None,
+    count_include_pad: int,
+) -> None:
+    # One mean per channel where the single window covers the map and counts no padding.
+    from onnxpy.ops import pool as pool_mod
+
+    taken: list[bool] = []
+    original = pool_mod._whole_map_mean
+    monkeypatch.setattr(pool_mod, "_whole_map_mean", lambda *a: taken.append((r := original(*a)) is not None) or r)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(shape).astype(np.float32)
+    got, want = _both("AveragePool", {"X": x}, opset=19, count_include_pad=count_include_pad, **attrs)
+    _same(got, want)
+    expected = whole if whole is not None else not count_include_pad
+    assert taken == [expected]
+
+
 def test_average_pool_float16() -> None:
     rng = np.random.default_rng(7)
     x = rng.standard_normal((1, 2, 9, 9)).astype(np.float16)
@@ -185,7 +217,7 @@ def test_global_lp_pool(p: int, shape: tuple[int, ...]) -> None:
 
 
 @pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool"])
-@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 2, 7), (1, 2, 3, 2, 4), (1, 3, 1, 1)])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 2, 7), (1, 2, 3, 2, 4), (1, 3, 1, 1), (1, 64, 13, 13)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 def test_global_pools(op_type: str, shape: tuple[int, ...], dtype: Any) -> None:
     rng = np.random.default_rng(11)

@@ -340,3 +340,12 @@ def test_opset_7_models_with_default_keepdims() -> None:
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 8 + 0.5
     for op in REDUCE_OPS:
         check_against_ort(op, x, [1, 2], 7)
+
+
+@pytest.mark.parametrize("shape", [(1, 1000, 13, 13), (2, 3, 80, 80)], ids=["head", "over-the-matvec-limit"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_mean_over_trailing_axes(shape: tuple[int, ...], keepdims: int) -> None:
+    # SqueezeNet 1.1's head: a mean over the spatial axes, one matrix-vector product on the
+    # host up to 4096 values per mean (numpy's pairwise sums beyond).
+    x = np.random.default_rng(9).standard_normal(shape).astype(np.float32) + 3
+    check_against_ort("ReduceMean", x, [2, 3], 18, keepdims=keepdims)
