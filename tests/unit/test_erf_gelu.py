@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -43,3 +44,16 @@ def test_float32_erf_matches_math_erf() -> None:
     x = np.linspace(-6, 6, 120_001, dtype=np.float32)
     want = np.array([math.erf(v) for v in x.astype(np.float64)])
     np.testing.assert_allclose(_erf.erf(np, x), want, rtol=0, atol=5e-7)
+
+
+def test_float32_gelu_saturates_beyond_the_fit_without_warnings() -> None:
+    # The fit covers |x| <= 5; beyond it the polynomial is not clamped, so every larger |x|
+    # (through overflow of x^2 and Q(x^2)) must still give x and -0, silently.
+    big = np.geomspace(5, 3e38, 20_000, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pos = _erf.gelu32(np, big)
+        neg = _erf.gelu32(np, -big)
+    np.testing.assert_allclose(pos, big, rtol=1e-6)
+    assert np.all(np.abs(neg) <= 1.5e-6) and np.all(neg <= 0)
+    assert np.all(np.diff(neg[big > 6]) >= 0)  # only ever closer to 0 further out
