@@ -13,7 +13,8 @@ What it measures, for each model:
   spinning thread pool (see ``time_interleaved``);
 - session-creation time of each;
 - peak resident memory (RSS) of each runtime, each in a fresh subprocess that imports only that
-  runtime, creates the session and runs the model twice;
+  runtime, creates the session and runs the model twice; then the memory one more run touches
+  (Linux page reference bits: what must come back from cache or RAM on every run);
 - that both give the same outputs (max relative difference), so a fast wrong answer shows.
 
 Models: onnx's light models (``onnx/backend/test/data/light``: real architectures whose weights
@@ -203,6 +204,8 @@ class Result:
     max_rel_diff: float = math.nan
     rss_onnxpy_mb: float = math.nan
     rss_onnxruntime_mb: float = math.nan
+    touched_onnxpy_mb: float = math.nan
+    touched_onnxruntime_mb: float = math.nan
     inputs: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -301,12 +304,34 @@ sess = rt.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 create = time.perf_counter() - t
 for _ in range(2):
     sess.run(None, feeds)
-print(json.dumps({"peak_kb": peak_kb(), "import_kb": base, "create_s": create}))
+peak = peak_kb()
+
+
+def touched_kb():
+    # Memory one warm run touches: clear the pages' referenced bits, run, count them again
+    # (Linux). Memory a runtime touches each run must come back from cache or RAM every run.
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("1")
+        sess.run(None, feeds)
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Referenced:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+print(json.dumps({"peak_kb": peak, "import_kb": base, "create_s": create, "touched_kb": touched_kb()}))
 """
 
 
-def peak_rss(runtime: str, entry: ModelEntry, feeds: dict[str, np.ndarray], args: argparse.Namespace) -> float:
-    """Peak RSS in MB of a fresh process running ``entry`` twice on ``runtime`` (NaN on failure)."""
+def memory_use(
+    runtime: str, entry: ModelEntry, feeds: dict[str, np.ndarray], args: argparse.Namespace
+) -> tuple[float, float]:
+    """Peak RSS in MB of a fresh process running ``entry`` twice on ``runtime``, and the MB one
+    more run touches (NaN on failure, or where Linux's page reference bits are unavailable)."""
     from onnxpy.tools.benchmark import OPT_LEVELS
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -326,9 +351,11 @@ def peak_rss(runtime: str, entry: ModelEntry, feeds: dict[str, np.ndarray], args
         ]
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=True)
-            return json.loads(out.stdout.strip().splitlines()[-1])["peak_kb"] / 1024.0
+            stats = json.loads(out.stdout.strip().splitlines()[-1])
         except (subprocess.SubprocessError, ValueError, IndexError, KeyError):
-            return math.nan
+            return math.nan, math.nan
+        touched = stats.get("touched_kb")
+        return stats["peak_kb"] / 1024.0, math.nan if touched is None else touched / 1024.0
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -361,6 +388,8 @@ def report(results: list[Result], memory: bool) -> str:
                 _f(r.create_onnxruntime_ms, ".0f"),
                 _f(r.rss_onnxpy_mb, ".0f") if memory else "-",
                 _f(r.rss_onnxruntime_mb, ".0f") if memory else "-",
+                _f(r.touched_onnxpy_mb, ".0f") if memory else "-",
+                _f(r.touched_onnxruntime_mb, ".0f") if memory else "-",
                 _f(r.max_rel_diff, ".1e"),
             ]
         )
@@ -377,6 +406,8 @@ def report(results: list[Result], memory: bool) -> str:
                 "ort create",
                 "RSS MB",
                 "ort RSS",
+                "touch MB",
+                "ort touch",
                 "rel diff / note",
             ],
             rows,
@@ -386,6 +417,8 @@ def report(results: list[Result], memory: bool) -> str:
         lines.append(f"{why}: {', '.join(names)}")
     lines.append("")
     lines.append("ms: median latency of run(); ratio: onnxpy / onnxruntime (lower is better, 1.0 = parity)")
+    if memory:
+        lines.append("RSS: peak resident memory; touch: memory one warm run touches (weights included)")
     for batch in sorted({r.batch for r in results}):
         ok = [r for r in results if r.batch == batch and r.status == "ok" and r.kind in ("light", "shared")]
         if ok:
@@ -473,8 +506,10 @@ def main(argv: list[str] | None = None) -> int:
                 if memory and r.status == "ok" and batch == batches[0]:
                     header = onnx.load(entry.path, load_external_data=False)
                     feeds = make_feeds(header, dims=free_dims(header, args.seq), batch=batch, seed=args.seed)
-                    r.rss_onnxpy_mb = peak_rss("onnxpy", entry, feeds.arrays, args)
-                    r.rss_onnxruntime_mb = peak_rss("onnxruntime", entry, feeds.arrays, args)
+                    r.rss_onnxpy_mb, r.touched_onnxpy_mb = memory_use("onnxpy", entry, feeds.arrays, args)
+                    r.rss_onnxruntime_mb, r.touched_onnxruntime_mb = memory_use(
+                        "onnxruntime", entry, feeds.arrays, args
+                    )
                 results.append(r)
                 if r.status == "ok":
                     msg = (
