@@ -36,12 +36,17 @@ _NONDETERMINISTIC = frozenset(
 )
 
 
+# onnxpy's own ops that compute on shapes alone (shape_of_views.py writes them).
+_FUSED_SHAPE_OPS = frozenset({"ReshapeShape"})
+
+
 def _sources(graph: Graph) -> dict[int, frozenset[str]]:
     """Per shape-derived node (by id), the tensors whose shapes its outputs depend on."""
     derived: dict[str, frozenset[str]] = {name: frozenset() for name in graph.initializers}
     by_node: dict[int, frozenset[str]] = {}
     for node in graph.nodes:
-        if node.domain or node.op_type in _NONDETERMINISTIC or any(True for _ in node.subgraphs()):
+        shape_op = node.domain == FUSED_DOMAIN and node.op_type in _FUSED_SHAPE_OPS
+        if (node.domain and not shape_op) or node.op_type in _NONDETERMINISTIC or any(True for _ in node.subgraphs()):
             continue
         if node.op_type in _SHAPE_READERS:
             src = node.inputs[0] if node.inputs else ""
@@ -60,6 +65,29 @@ def _sources(graph: Graph) -> dict[int, frozenset[str]]:
     return by_node
 
 
+def _merge_feeders(groups: dict[frozenset[str], list[Node]], readers: dict[str, list[Node]], outside: set[str]) -> None:
+    """A group whose outputs feed exactly one other group, and nothing else, joins it when the
+    other's sources include its own: its nodes then run inside that memo (whose key already
+    holds the shapes they read) instead of as steps of their own, as a lone Shape node would."""
+    merged = True
+    while merged:
+        merged = False
+        group_of = {id(n): key for key, nodes in groups.items() for n in nodes}
+        for key, members in groups.items():
+            targets: set[frozenset[str]] = set()
+            for o in (o for n in members for o in n.outputs if o):
+                found = {group_of.get(id(r)) for r in readers.get(o, ())}
+                if o in outside or None in found:
+                    break  # read outside the shape computations: the group stays a step
+                targets |= found - {key}
+            else:
+                if len(targets) == 1 and key <= next(iter(targets)):
+                    groups[next(iter(targets))].extend(members)
+                    del groups[key]
+                    merged = True
+                    break
+
+
 def run(graph: Graph) -> bool:
     sources = _sources(graph)
     groups: dict[frozenset[str], list[Node]] = {}
@@ -67,9 +95,6 @@ def run(graph: Graph) -> bool:
         found = sources.get(id(node))
         if found:  # an empty set is a constant: constant folding's business
             groups.setdefault(found, []).append(node)
-    groups = {k: v for k, v in groups.items() if len(v) >= MIN_GROUP}
-    if not groups:
-        return False
     readers: dict[str, list[Node]] = {}
     for node in graph.nodes:
         for i in node.inputs:
@@ -81,6 +106,11 @@ def run(graph: Graph) -> bool:
     for node in graph.nodes:
         subgraph_reads.update(free_names_of_subgraphs(node))
     graph_outputs = set(graph.outputs)
+    _merge_feeders(groups, readers, graph_outputs | subgraph_reads)
+    groups = {k: v for k, v in groups.items() if len(v) >= MIN_GROUP}
+    if not groups:
+        return False
+    order = {id(n): i for i, n in enumerate(graph.nodes)}
     removed: list[Node] = []
     for count, (keyed, members) in enumerate(sorted(groups.items(), key=lambda kv: sorted(kv[0]))):
         inside = {id(n) for n in members}
@@ -99,6 +129,7 @@ def run(graph: Graph) -> bool:
         ]
         if not exported:
             continue
+        members.sort(key=lambda n: order[id(n)])  # merged groups: keep the graph's order
         body = Graph(
             name=f"shape_memo_{count}",
             nodes=members,
