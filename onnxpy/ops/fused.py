@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from ._compat import check_alloc
+from ._compat import check_alloc, host_ints
 from ._depthwise import pointwise_depthwise_channels_last
 from ._derived import derived
 from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
 from .nn import _broadcasts_into, gemm
 from .registry import memoized, op
-from .tensor import _split
+from .tensor import _reshape_target, _split
 
 DOMAIN = "onnxpy.fused"
 
@@ -532,6 +532,14 @@ def fused_layer_norm(xp: Any, X: Any, scale: Any, B: Any = None, *, axis: int = 
     from .nn import layer_norm
 
     return layer_norm(xp, X, scale, B, axis=axis, epsilon=epsilon)
+
+
+@op("ReshapeShape", 1, domain=DOMAIN, host_inputs=(0, 1))
+def reshape_shape(xp: Any, input_shape: Any, shape: Any, *, allowzero: int = 0) -> Any:
+    """The shape Reshape(x, ``shape``) gives an x of shape ``input_shape``, by Reshape's own rules
+    and errors (optimizer/passes/shape_of_views.py: a Shape read through a Reshape)."""
+    dims = tuple(host_ints(input_shape))
+    return np.array(_reshape_target(dims, host_ints(shape), allowzero), dtype=np.int64)
 
 
 # Distinct input-shape sets remembered per ShapeMemo node (oldest forgotten first).

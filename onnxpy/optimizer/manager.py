@@ -25,6 +25,7 @@ from .passes import (
     merge_sibling_pointwise,
     pack_matmuls,
     relu_after_pool,
+    shape_of_views,
     swap_pool_pointwise,
 )
 
@@ -49,7 +50,7 @@ EXTENDED: list[Pass] = [
 ]
 LAYOUT: list[Pass] = []
 # Run once at the end (extended level, host sessions): they wrap what the others left.
-FINAL_HOST: list[Pass] = [merge_sibling_pointwise.run, memoize_shapes.run]
+FINAL_HOST: list[Pass] = [merge_sibling_pointwise.run, shape_of_views.run, memoize_shapes.run]
 
 MAX_ROUNDS = 16
 
