@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._compat import check_alloc, host_ints
-from ._depthwise import pointwise_depthwise_channels_last
+from ._depthwise import is_channels_last, pointwise_depthwise_channels_last
 from ._derived import derived
 from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
@@ -68,7 +68,7 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
 IN_PLACE_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Clip", "Tanh", "HardSigmoid", "HardSwish"})
 
 
-@op("FusedConv", 1, domain=DOMAIN)
+@op("FusedConv", 1, domain=DOMAIN, may_inplace={3: 0}, out_checked=True)
 def fused_conv(
     xp: Any,
     X: Any,  # noqa: N803 - ONNX names
@@ -86,8 +86,18 @@ def fused_conv(
     activation_params: list[float] | None = None,
     shuffle_groups: int = 0,
     ctx: Any = None,
+    out: Any = None,
 ) -> Any:
     params = activation_params or []
+    if out is not None and out is Z and xp is np and group == 1 and not shuffle_groups and not is_channels_last(X):
+        # The residual addend dies here (the executor hands its buffer over): the convolution
+        # adds into it, in the GEMM where it can (ops/_blas.py), instead of a pass over both.
+        y = conv_nd(
+            xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+            pads=pads, strides=strides, ctx=ctx, shuffle_groups=shuffle_groups, into=Z, accumulate=True,
+        )  # fmt: skip
+        if y is not None:
+            return apply_activation(xp, y, activation, params)
     epilogue: Callable[[Any], None] | None = None
     if Z is None and activation in IN_PLACE_ACTIVATIONS:
         # Applied by the kernel, on blocks of the output while they are in cache where it can.

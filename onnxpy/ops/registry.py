@@ -33,6 +33,10 @@ class OpDef:
     provider: str | None = None
     # {input index: output index}: the output may reuse the input's buffer when it dies here.
     may_inplace: dict[int, int] = field(default_factory=dict)
+    # The kernel checks an ``out`` buffer itself (shape, dtype, whether it can use it): the
+    # executor offers the may_inplace input without requiring the other inputs to broadcast
+    # to it, as an elementwise kernel would (FusedConv's residual addend: X has another shape).
+    out_checked: bool = False
     # {output index: input index}: the output may be a view of that input (Reshape, Squeeze...).
     alias: dict[int, int] = field(default_factory=dict)
     # Inputs the kernel reads on the host (shapes, axes...); a device provider keeps them there.
@@ -61,6 +65,7 @@ def op(
     may_inplace: dict[int, int] | None = None,
     alias: dict[int, int] | None = None,
     host_inputs: tuple[int, ...] = (),
+    out_checked: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``fn`` as the kernel of (domain, op_type) from opset ``since`` on."""
 
@@ -75,6 +80,7 @@ def op(
             fn=fn,
             provider=provider,
             may_inplace=dict(may_inplace or {}),
+            out_checked=out_checked,
             alias=dict(alias or {}),
             host_inputs=tuple(host_inputs),
             attributes=frozenset(kwonly - RUNTIME_PARAMS),

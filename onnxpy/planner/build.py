@@ -26,6 +26,8 @@ class BoundNode:
     # {input position: output position} the kernel can write in place (from its registration)
     may_inplace: tuple[tuple[int, int], ...] = ()
     accepts_out: bool = False
+    # the kernel checks an ``out`` buffer itself (see OpDef.out_checked)
+    out_checked: bool = False
 
 
 def build_plan(
@@ -119,6 +121,7 @@ def build_plan(
             release=tuple(sorted(release[s])),
             single_output=b.single_output,
             inplace_input=inplace[s],
+            inplace_any_shape=b.out_checked,
         )
         for s, b in enumerate(bound)
     ]

@@ -30,6 +30,8 @@ class Step:
     single_output: bool
     #: position (into ``inputs``) of an input whose buffer the output may be written into, or -1
     inplace_input: int = -1
+    #: the kernel checks that buffer itself, so the other inputs need not broadcast to it
+    inplace_any_shape: bool = False
 
 
 @dataclass

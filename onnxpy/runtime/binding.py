@@ -373,6 +373,7 @@ def bind_node(
         single_output=len(node.outputs) == 1,
         may_inplace=tuple(opdef.may_inplace.items()),
         accepts_out=opdef.accepts_out,
+        out_checked=opdef.out_checked,
     )
 
 

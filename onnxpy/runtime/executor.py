@@ -94,17 +94,46 @@ def _baseline_refs() -> int:
 _SOLE_OWNER_REFS = _baseline_refs()
 
 
+def _base_refs() -> int:
+    """What sys.getrefcount reports for the buffer under a reshaped result that nothing else
+    holds: referenced only by the view's ``base``."""
+    view = np.empty(4).reshape(2, 2)
+    base = view.base  # a local name, as in _owns_memory
+    return sys.getrefcount(base)
+
+
+_PRIVATE_BASE_REFS = _base_refs()
+
+
+def _owns_memory(arr: np.ndarray) -> bool:
+    """``arr`` owns its memory, or is the only view of a private buffer of its own size (a
+    kernel's result reshaped, as GEMM results are): writing it touches nothing else."""
+    if arr.flags.owndata:
+        return True
+    base = arr.base
+    return (
+        base.__class__ is np.ndarray
+        and base.flags.owndata
+        and base.nbytes == arr.nbytes
+        and arr.flags.c_contiguous
+        and sys.getrefcount(base) <= _PRIVATE_BASE_REFS
+    )
+
+
 def _inplace_target(step: Step, args: list[Any]) -> Any:
     """The input buffer the step may write its output into, or None: a host array that owns
-    its memory, is writable, is referenced by nothing else (a view made by an earlier kernel
-    would hold a reference to it), and has the output's shape and dtype (every other input
-    broadcasts to it and shares its dtype)."""
+    its memory (or is the sole view of a private buffer), is writable, is referenced by nothing
+    else (a view made by an earlier kernel would hold a reference to it), and has the output's
+    shape and dtype (every other input broadcasts to it and shares its dtype; kernels that check
+    the buffer themselves, ``inplace_any_shape``, skip that test)."""
     pos = step.inplace_input
     if _refs(args, pos) > _SOLE_OWNER_REFS:  # before binding a local name, as when calibrated
         return None
     arr = args[pos]
-    if arr.__class__ is not np.ndarray or not arr.flags.owndata or not arr.flags.writeable:
+    if arr.__class__ is not np.ndarray or not arr.flags.writeable or not _owns_memory(arr):
         return None
+    if step.inplace_any_shape:
+        return arr
     shape, dtype = arr.shape, arr.dtype
     for a in args:
         if a is arr:

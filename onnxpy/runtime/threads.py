@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import glob
-import os
 import threading
 from collections.abc import Callable, Iterator
 
-import numpy as np
+from ..ops._blas import openblas_library
 
 _SETTERS = (
     ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
@@ -30,25 +28,15 @@ def _find() -> tuple[Callable[[int], None], Callable[[], int]] | None:
     global _found
     if _found is not False:
         return _found  # type: ignore[return-value]
-    root = os.path.dirname(np.__file__)
-    candidates = glob.glob(os.path.join(root, "..", "numpy.libs", "*openblas*")) + glob.glob(
-        os.path.join(root, ".dylibs", "*openblas*")
-    )
+    lib = openblas_library()
     result = None
-    for path in candidates:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for set_name, get_name in _SETTERS:
-            if hasattr(lib, set_name) and hasattr(lib, get_name):
-                setter = getattr(lib, set_name)
-                getter = getattr(lib, get_name)
-                setter.argtypes = [ctypes.c_int]
-                getter.restype = ctypes.c_int
-                result = (setter, getter)
-                break
-        if result:
+    for set_name, get_name in _SETTERS:
+        if lib is not None and hasattr(lib, set_name) and hasattr(lib, get_name):
+            setter = getattr(lib, set_name)
+            getter = getattr(lib, get_name)
+            setter.argtypes = [ctypes.c_int]
+            getter.restype = ctypes.c_int
+            result = (setter, getter)
             break
     _found = result
     return result
