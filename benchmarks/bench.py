@@ -272,17 +272,23 @@ RSS_CHILD = r"""
 import json, resource, sys, time
 
 
-def peak_kb():
-    # VmHWM is this process's own high-water mark; ru_maxrss would also count the parent's
-    # RSS at fork time, which Linux carries across exec.
+def proc_kb(path, field):
+    # A kB figure from a /proc file (None where there is none).
     try:
-        with open("/proc/self/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field):
                     return int(line.split()[1])
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return None
+
+
+def peak_kb():
+    # VmHWM is this process's own high-water mark; ru_maxrss would also count the parent's
+    # RSS at fork time, which Linux carries across exec.
+    kb = proc_kb("/proc/self/status", "VmHWM:")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if kb is None else kb
 
 
 runtime, path, feeds_path, threads, opt = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
@@ -313,14 +319,10 @@ def touched_kb():
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("1")
-        sess.run(None, feeds)
-        with open("/proc/self/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Referenced:"):
-                    return int(line.split()[1])
     except OSError:
-        pass
-    return None
+        return None
+    sess.run(None, feeds)
+    return proc_kb("/proc/self/smaps_rollup", "Referenced:")
 
 
 print(json.dumps({"peak_kb": peak, "import_kb": base, "create_s": create, "touched_kb": touched_kb()}))
