@@ -4,6 +4,7 @@ count_include_pad with ceil_mode, LpPool p values, MaxUnpool round trips, MaxRoi
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -355,6 +356,45 @@ def test_clipped_pool_paths_match_the_definition(
         return
     assert got is not None and got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spatial,k,s,d,pads", [g for g in GEOMETRIES if len(g[0]) == 2])
+@pytest.mark.parametrize("mode", ["max", "sum"])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_pools_in_blocks_of_planes_match_the_definition(
+    monkeypatch: pytest.MonkeyPatch,
+    spatial: tuple[int, ...],
+    k: list[int],
+    s: list[int],
+    d: list[int],
+    pads: list[int],
+    mode: str,
+    layout: str,
+) -> None:
+    """Large 2-D pools run a few planes at a time (``_blocked_planes``): here every input is
+    large enough and a block holds two planes, so 2 images x 5 channels make 6 blocks, the
+    last one short; a channels-last view is blocked in place."""
+    from onnxpy.ops import pool as P
+
+    x = np.random.default_rng(6).standard_normal((2, 5, *spatial)).astype(np.float32)
+    if layout == "channels_last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    monkeypatch.setattr(P, "_BLOCKED_MIN_BYTES", 0)
+    monkeypatch.setattr(P, "_BLOCK_BYTES", 2 * math.prod(spatial) * x.itemsize)
+    blocks: list[int] = []
+    run = P._run_steps
+
+    def counted(src: Any, acc: Any, steps: Any, combine: Any) -> None:
+        blocks.append(acc.shape[1])
+        run(src, acc, steps, combine)
+
+    monkeypatch.setattr(P, "_run_steps", counted)
+    out = [(n + pads[i] + pads[2 + i] - ((k[i] - 1) * d[i] + 1)) // s[i] + 1 for i, n in enumerate(spatial)]
+    got = P._separable_clipped(np, x, k, s, d, pads[:2], out, np.maximum if mode == "max" else np.add)
+    if got is None:
+        return  # pads past the kernel's reach: the padded path (test above)
+    assert blocks == [2, 2, 2, 2, 1, 1] * 2  # two passes per block
+    np.testing.assert_allclose(got, _brute_pool(x, k, s, d, pads, out, mode), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("spatial,k,s,d,pads", [g for g in GEOMETRIES if len(g[0]) == 2])
