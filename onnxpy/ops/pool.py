@@ -255,67 +255,28 @@ def _separable_clipped(
     padded way, and starts each axis with a two-tap combine instead of a copy.
 
     Needs, per axis, one tap inside the input for every window (true unless pads exceed the
-    kernel's reach, as ceil_mode can make them); returns None otherwise."""
-    nd = len(kernel)
-    plans = []
-    for a in range(nd):
-        ranges = _tap_ranges(x.shape[2 + a], kernel[a], strides[a], dilations[a], begin[a], out[a])
-        full = [j for j, (lo, hi) in enumerate(ranges) if (lo, hi) == (0, out[a])]
-        if not full:
-            return None
-        plans.append((ranges, full[0]))
-    axes = [
-        _AxisTaps(
-            ranges,
-            base,
-            tuple(j for j in range(kernel[a]) if j != base and ranges[j][0] < ranges[j][1]),
-            kernel[a],
-            strides[a],
-            dilations[a],
-            begin[a],
-            out[a],
-        )
-        for a, (ranges, base) in enumerate(plans)
-    ]
-    if xp is np and x.ndim == 4 and x.nbytes > _BLOCKED_MIN_BYTES:
-        return _blocked_planes(x, axes, out, combine)
+    kernel's reach, as ceil_mode can make them); returns None otherwise. What to do is planned
+    once per geometry (``_clipped_plan``): a small pool is mostly Python around its ~10 numpy
+    calls, and a plan replays them from prepared index tuples."""
+    plan = _clipped_plan(
+        tuple(x.shape),
+        x.dtype.itemsize,
+        xp is np and x.flags.c_contiguous,
+        xp is np,
+        tuple(kernel),
+        tuple(strides),
+        tuple(dilations),
+        tuple(begin),
+        tuple(out),
+    )
+    if plan is None:
+        return None
+    if isinstance(plan, _BlockedPlan):
+        return _run_blocked(x, plan, combine)
     cur = x
-    for a, taps in enumerate(axes):
-        others = taps.others
-        acc = None
-        if others and xp is np:
-            acc = _flat_subsampled_pass(cur, 2 + a, taps, combine)
-        if acc is None and others and xp is np:
-            acc = _flat_pass(cur, 2 + a, taps, combine)
-        if acc is None:
-            acc = _axis_pass(xp, cur, 2 + a, taps, combine)
-        cur = acc
+    for p in plan:
+        cur = _run_pass(xp, cur, p, combine)
     return cur
-
-
-# A 2-D window reduction over more than this many bytes runs a block of planes at a time, each
-# block's passes in L2: a whole-array pass runs from L3 at about 25 GB/s on the benchmark
-# machine, a pass over 256 KB in L2 at about 57. SqueezeNet's first 3x3/2 max pool (64x111x111)
-# takes 620 us this way against 920 through whole-array passes.
-_BLOCKED_MIN_BYTES = 1 << 20
-_BLOCK_BYTES = 512 << 10
-
-
-def _blocked_planes(x: np.ndarray, axes: list[_AxisTaps], out: list[int], combine: Any) -> np.ndarray:
-    """``_separable_clipped``'s passes (strided, per axis) on one block of channels of one
-    image at a time, the last pass of each block writing straight into the result."""
-    n, c, h, w = x.shape
-    y = np.empty((n, c, *out), dtype=x.dtype)
-    per_block = max(1, _BLOCK_BYTES // max(1, h * w * x.itemsize))
-    first, second = _axis_steps(axes[0], 2), _axis_steps(axes[1], 3)
-    mid = np.empty((1, min(c, per_block), out[0], w), dtype=x.dtype)
-    for i in range(n):
-        for c0 in range(0, c, per_block):
-            block = (slice(i, i + 1), slice(c0, c0 + per_block))
-            m = mid[:, : min(c, c0 + per_block) - c0]
-            _run_steps(x[block], m, first, combine)
-            _run_steps(m, y[block], second, combine)
-    return y
 
 
 class _AxisTaps(NamedTuple):
@@ -333,27 +294,149 @@ class _AxisTaps(NamedTuple):
     o: int
 
 
-def _axis_pass(xp: Any, x: Any, axis: int, taps: _AxisTaps, combine: Any, into: Any = None) -> Any:
-    """Reduce the windows along one axis: the base tap (inside the input for every window)
-    combined with each other tap over the windows where that tap is inside too; into ``into``
-    when given (of the result's shape)."""
-    shape = list(x.shape)
-    shape[axis] = taps.o
-    acc = xp.empty(shape, dtype=x.dtype) if into is None else into
+# One step of a pass: (kind, destination index, first source index, second source index).
+# Kind 0 copies src[a] to dst[d], 1 writes combine(src[a], src[b]) to dst[d], 2 combines src[b]
+# into dst[d].
+_Step = tuple[int, tuple[slice | int, ...], tuple[slice | int, ...] | None, tuple[slice | int, ...] | None]
+
+
+class _PassPlan(NamedTuple):
+    """One axis's pass, ready to replay. ``kind``: "axis" (``steps`` over the arrays, strided
+    views along the axis), "flat" (``steps`` over the flattened arrays) or "subsampled"
+    (``steps`` from the flattened input into a line, then every s-th position gathered:
+    ``gather`` = (rows, outputs per row, row length, stride)). ``edges`` then recompute, on the
+    arrays, the positions where a flat pass read across the axis's ends."""
+
+    kind: str
+    shape: tuple[int, ...]
+    steps: tuple[_Step, ...]
+    edges: tuple[_Step, ...] = ()
+    gather: tuple[int, int, int, int] | None = None
+
+
+class _BlockedPlan(NamedTuple):
+    """Both axes' strided passes, replayed on ``per_block`` channels of one image at a time
+    (``_run_blocked``)."""
+
+    first: tuple[_Step, ...]
+    second: tuple[_Step, ...]
+    per_block: int
+    out: tuple[int, int]
+
+
+# A 2-D window reduction over more than this many bytes runs a block of planes at a time, each
+# block's passes in L2: a whole-array pass runs from L3 at about 25 GB/s on the benchmark
+# machine, a pass over 256 KB in L2 at about 57. SqueezeNet's first 3x3/2 max pool (64x111x111)
+# takes 660 us this way against 820 through whole-array passes; in-model SqueezeNet ran 9%
+# faster, Inception v1/v2 6-8%, ResNet-50 3%.
+_BLOCKED_MIN_BYTES = 1 << 20
+_BLOCK_BYTES = 512 << 10
+
+# The subsampled pass moves twice the elements: it pays while they stay in L2. In-model,
+# light SqueezeNet's 96x54x109 (2.2 MB) pass made the model 19% slower.
+_SUBSAMPLED_MAX_BYTES = 1 << 20
+
+
+@functools.lru_cache(maxsize=1024)
+def _clipped_plan(
+    shape: tuple[int, ...],
+    itemsize: int,
+    contiguous: bool,
+    host: bool,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    begin: tuple[int, ...],
+    out: tuple[int, ...],
+) -> _BlockedPlan | tuple[_PassPlan, ...] | None:
+    """How ``_separable_clipped`` reduces an input of ``shape``: per axis the cheapest pass that
+    applies (subsampled, flat, else strided views), or for large 2-D host inputs the blocked
+    form; None where some window has no tap inside the input."""
+    axes = []
+    for a, n in enumerate(shape[2:]):
+        ranges = _tap_ranges(n, kernel[a], strides[a], dilations[a], begin[a], out[a])
+        full = [j for j, (lo, hi) in enumerate(ranges) if (lo, hi) == (0, out[a])]
+        if not full:
+            return None
+        others = tuple(j for j in range(kernel[a]) if j != full[0] and ranges[j][0] < ranges[j][1])
+        axes.append(_AxisTaps(ranges, full[0], others, kernel[a], strides[a], dilations[a], begin[a], out[a]))
+    if host and len(shape) == 4 and math.prod(shape) * itemsize > _BLOCKED_MIN_BYTES:
+        per_block = max(1, _BLOCK_BYTES // max(1, shape[2] * shape[3] * itemsize))
+        return _BlockedPlan(_axis_steps(axes[0], 2), _axis_steps(axes[1], 3), per_block, (out[0], out[1]))
+    passes = []
+    cur = shape
+    for a, taps in enumerate(axes):
+        p = None
+        if taps.others and host:
+            p = _subsampled_plan(cur, itemsize, contiguous, 2 + a, taps) or _flat_plan(cur, contiguous, 2 + a, taps)
+        if p is None:
+            p = _PassPlan("axis", _shape_along(cur, 2 + a, taps.o), _axis_steps(taps, 2 + a))
+        passes.append(p)
+        cur, contiguous = p.shape, True  # each pass's result is a fresh C-contiguous array
+    return tuple(passes)
+
+
+def _shape_along(shape: tuple[int, ...], axis: int, size: int) -> tuple[int, ...]:
+    return (*shape[:axis], size, *shape[axis + 1 :])
+
+
+def _run_pass(xp: Any, x: Any, plan: _PassPlan, combine: Any) -> Any:
+    acc = xp.empty(plan.shape, dtype=x.dtype)
+    if plan.kind == "axis":
+        _run_steps(x, acc, plan.steps, combine)
+        return acc
+    src = x.reshape(-1)
+    if plan.kind == "flat":
+        _run_steps(src, acc.reshape(-1), plan.steps, combine)
+    else:
+        line = np.empty(src.size, dtype=x.dtype)
+        _run_steps(src, line, plan.steps, combine)
+        # Flat position row * n + q * s now holds the window of output q in that row.
+        rows, o, n, s = plan.gather  # type: ignore[misc]
+        item = line.itemsize
+        acc.reshape(rows, o)[...] = np.ndarray((rows, o), x.dtype, line, 0, (n * item, s * item))
+    _run_steps(x, acc, plan.edges, combine)
+    return acc
+
+
+def _run_blocked(x: np.ndarray, plan: _BlockedPlan, combine: Any) -> np.ndarray:
+    """Both strided passes on one block of channels of one image at a time, the second writing
+    straight into the result."""
+    n, c, _h, w = x.shape
+    per_block = plan.per_block
+    y = np.empty((n, c, *plan.out), dtype=x.dtype)
+    mid = np.empty((1, min(c, per_block), plan.out[0], w), dtype=x.dtype)
+    for i in range(n):
+        for c0 in range(0, c, per_block):
+            block = (slice(i, i + 1), slice(c0, c0 + per_block))
+            m = mid[:, : min(c, c0 + per_block) - c0]
+            _run_steps(x[block], m, plan.first, combine)
+            _run_steps(m, y[block], plan.second, combine)
+    return y
+
+
+def _run_steps(src: Any, dst: Any, steps: tuple[_Step, ...], combine: Any) -> None:
+    for kind, d, a, b in steps:
+        if kind == 0:
+            dst[d] = src[a]
+        elif kind == 1:
+            combine(src[a], src[b], out=dst[d])
+        else:
+            part = dst[d]
+            combine(part, src[b], out=part)
+
+
+def _axis_pass(xp: Any, x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
+    """Reduce the windows along one axis by strided views (see ``_axis_steps``)."""
+    acc = xp.empty(_shape_along(tuple(x.shape), axis, taps.o), dtype=x.dtype)
     _run_steps(x, acc, _axis_steps(taps, axis), combine)
     return acc
 
 
-# One step of an axis pass: (kind, destination index, first source index, second source index).
-# Kind 0 copies x[a] to acc[dst], 1 writes combine(x[a], x[b]) to acc[dst], 2 combines x[b] into
-# acc[dst]. Indices select along the pass's axis only.
-_Step = tuple[int, tuple[slice, ...], tuple[slice, ...] | None, tuple[slice, ...] | None]
-
-
 @functools.lru_cache(maxsize=1024)
 def _axis_steps(taps: _AxisTaps, axis: int) -> tuple[_Step, ...]:
-    """``_axis_pass``'s copies and combines as index tuples, computed once per geometry: the
-    blocked pass (``_blocked_planes``) replays them on every block."""
+    """One axis's pass by strided views: the base tap (inside the input for every window)
+    combined with each other tap over the windows where that tap is inside too."""
     ranges, base, others, _k, s, d, b, o = taps
     lead = (slice(None),) * axis
 
@@ -382,18 +465,8 @@ def _axis_steps(taps: _AxisTaps, axis: int) -> tuple[_Step, ...]:
     return tuple(steps)
 
 
-def _run_steps(x: Any, acc: Any, steps: tuple[_Step, ...], combine: Any) -> None:
-    for kind, dst, a, b in steps:
-        if kind == 0:
-            acc[dst] = x[a]
-        elif kind == 1:
-            combine(x[a], x[b], out=acc[dst])
-        else:
-            part = acc[dst]
-            combine(part, x[b], out=part)
-
-
-def _flat_pass(x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
+@functools.lru_cache(maxsize=1024)
+def _flat_plan(shape: tuple[int, ...], contiguous: bool, axis: int, taps: _AxisTaps) -> _PassPlan | None:
     """One axis's pass over the whole array as a single flat line, so each combine is one long
     contiguous (or evenly strided) loop: numpy runs those several times faster than the short
     per-row loops of a sliced view. A tap then reads across the ends of the axis (into the
@@ -404,99 +477,96 @@ def _flat_pass(x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
     on the innermost axis that holds when the windows tile each row (o * s == n), on an outer
     axis when the pass keeps the size at stride 1. None otherwise."""
     ranges, base, others, k, s, d, b, o = taps
-    n = x.shape[axis]
-    inner = math.prod(x.shape[axis + 1 :])
-    if not x.flags.c_contiguous or x.size == 0:
+    n = shape[axis]
+    inner = math.prod(shape[axis + 1 :])
+    size = math.prod(shape)
+    if not contiguous or size == 0 or not others:
         return None
     if inner == 1:
         if o * s != n:
             return None
     elif s != 1 or o != n:
         return None
-    src = x.reshape(-1)
-    shape = list(x.shape)
-    shape[axis] = o
-    acc = np.empty(shape, dtype=x.dtype)
-    flat = acc.reshape(-1)
-    total = flat.size
+    out_shape = _shape_along(shape, axis, o)
+    total = math.prod(out_shape)
 
     def span(j: int) -> tuple[int, int]:
         # Flat outputs p whose tap j (input s*p + off) stays inside the flat input.
         off = (j * d - b) * inner
         p0 = min(total, -(off // s)) if off < 0 else 0
-        p1 = min(total, (src.size - 1 - off) // s + 1)
+        p1 = min(total, (size - 1 - off) // s + 1)
         return p0, max(p0, p1)
 
-    def tap(j: int, p0: int, p1: int) -> Any:
+    def tap(j: int, p0: int, p1: int) -> tuple[slice]:
         start = s * p0 + (j * d - b) * inner
-        return src[start : start + (p1 - p0 - 1) * s + 1 : s]
+        return (slice(start, start + (p1 - p0 - 1) * s + 1, s),)
 
     if span(base) != (0, total):
         return None
     lo, hi = span(others[0])
-    combine(tap(base, lo, hi), tap(others[0], lo, hi), out=flat[lo:hi])
+    steps: list[_Step] = [(1, (slice(lo, hi),), tap(base, lo, hi), tap(others[0], lo, hi))]
     if lo > 0:
-        flat[:lo] = tap(base, 0, lo)
+        steps.append((0, (slice(0, lo),), tap(base, 0, lo), None))
     if hi < total:
-        flat[hi:] = tap(base, hi, total)
+        steps.append((0, (slice(hi, total),), tap(base, hi, total), None))
     for j in others[1:]:
         lo, hi = span(j)
-        combine(flat[lo:hi], tap(j, lo, hi), out=flat[lo:hi])
-    _fix_edges(acc, x, axis, taps, combine)
-    return acc
+        steps.append((2, (slice(lo, hi),), None, tap(j, lo, hi)))
+    return _PassPlan("flat", out_shape, tuple(steps), _edge_steps(taps, axis))
 
 
-def _fix_edges(acc: np.ndarray, x: np.ndarray, axis: int, taps: _AxisTaps, combine: Any) -> None:
-    """Recompute the output positions along ``axis`` where some tap lies outside the input (a
-    flat pass read across the axis's ends there) from the taps really inside."""
-    ranges, _base, others, k, s, d, b, o = taps
-    edges = sorted({q for j in others for q in (*range(0, ranges[j][0]), *range(ranges[j][1], o))})
-    lead = (slice(None),) * axis
-    for q in edges:
-        valid = [j for j in range(k) if ranges[j][0] <= q < ranges[j][1]]
-        dst = acc[(*lead, q)]
-        dst[...] = x[(*lead, q * s - b + valid[0] * d)]
-        for j in valid[1:]:
-            combine(dst, x[(*lead, q * s - b + j * d)], out=dst)
-
-
-# The subsampled pass moves twice the elements: it pays while they stay in L2. In-model,
-# light SqueezeNet's 96x54x109 (2.2 MB) pass made the model 19% slower.
-_SUBSAMPLED_MAX_BYTES = 1 << 20
-
-
-def _flat_subsampled_pass(x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
+@functools.lru_cache(maxsize=1024)
+def _subsampled_plan(
+    shape: tuple[int, ...], itemsize: int, contiguous: bool, axis: int, taps: _AxisTaps
+) -> _PassPlan | None:
     """The innermost axis's pass for strided windows of 3 taps or more: every tap combined at
     stride 1 over the whole array as one flat line (contiguous loops, which numpy runs with
     SIMD), then every s-th position kept, instead of one strided loop per tap. Twice the
     elements per combine, but measured 5-25% faster on 3x3/2 max pools (64x112x112: 800 ->
     595 us); slower for 2-tap windows, which keep the strided form. Positions whose window
-    crosses the axis's ends are recomputed (``_fix_edges``). None where it does not apply,
+    crosses the axis's ends are recomputed (``_edge_steps``). None where it does not apply,
     including arrays over _SUBSAMPLED_MAX_BYTES."""
     ranges, base, others, k, s, d, b, o = taps
-    if axis != x.ndim - 1 or s == 1 or k < 3 or not x.flags.c_contiguous or not 0 < x.nbytes <= _SUBSAMPLED_MAX_BYTES:
+    total = math.prod(shape)
+    if axis != len(shape) - 1 or s == 1 or k < 3 or not contiguous or not 0 < total * itemsize <= _SUBSAMPLED_MAX_BYTES:
         return None
-    n = x.shape[axis]
-    src = x.reshape(-1)
-    total = src.size
+    n = shape[axis]
     offsets = [j * d - b for j in (base, *others)]
     p0, p1 = max(0, -min(offsets)), total - max(0, max(offsets))  # every tap inside src
     if p1 <= p0:
         return None
-    line = np.empty(total, dtype=x.dtype)
-    span = line[p0:p1]
-    combine(src[p0 + offsets[0] : p1 + offsets[0]], src[p0 + offsets[1] : p1 + offsets[1]], out=span)
-    for off in offsets[2:]:
-        combine(span, src[p0 + off : p1 + off], out=span)
-    # Flat position row * n + q * s now holds the window of output q in that row.
-    shape = list(x.shape)
-    shape[axis] = o
-    acc = np.empty(shape, dtype=x.dtype)
-    item = line.itemsize
-    rows = total // n
-    acc.reshape(rows, o)[...] = np.ndarray((rows, o), x.dtype, line, 0, (n * item, s * item))
-    _fix_edges(acc, x, axis, taps, combine)
-    return acc
+    span = (slice(p0, p1),)
+    steps: list[_Step] = [
+        (1, span, (slice(p0 + offsets[0], p1 + offsets[0]),), (slice(p0 + offsets[1], p1 + offsets[1]),))
+    ]
+    steps += [(2, span, None, (slice(p0 + off, p1 + off),)) for off in offsets[2:]]
+    return _PassPlan(
+        "subsampled", _shape_along(shape, axis, o), tuple(steps), _edge_steps(taps, axis), (total // n, o, n, s)
+    )
+
+
+def _flat_subsampled_pass(x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
+    """``_subsampled_plan``'s pass on ``x``, or None where it does not apply."""
+    plan = _subsampled_plan(tuple(x.shape), x.dtype.itemsize, x.flags.c_contiguous, axis, taps)
+    return None if plan is None else _run_pass(np, x, plan, combine)
+
+
+def _edge_steps(taps: _AxisTaps, axis: int) -> tuple[_Step, ...]:
+    """Steps recomputing the output positions along ``axis`` where some tap lies outside the
+    input (a flat pass read across the axis's ends there) from the taps really inside."""
+    ranges, _base, others, k, s, d, b, o = taps
+    edges = sorted({q for j in others for q in (*range(0, ranges[j][0]), *range(ranges[j][1], o))})
+    lead = (slice(None),) * axis
+    steps: list[_Step] = []
+    for q in edges:
+        taps_in = [(*lead, q * s - b + j * d) for j in range(k) if ranges[j][0] <= q < ranges[j][1]]
+        if len(taps_in) == 1:
+            steps.append((0, (*lead, q), taps_in[0], None))
+            continue
+        # The first two taps combine straight into the output (no copy first).
+        steps.append((1, (*lead, q), taps_in[0], taps_in[1]))
+        steps += [(2, (*lead, q), None, t) for t in taps_in[2:]]
+    return tuple(steps)
 
 
 @functools.lru_cache(maxsize=256)

@@ -363,6 +363,7 @@ def test_clipped_pool_paths_match_the_definition(
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 def test_pools_in_blocks_of_planes_match_the_definition(
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
     spatial: tuple[int, ...],
     k: list[int],
     s: list[int],
@@ -381,6 +382,10 @@ def test_pools_in_blocks_of_planes_match_the_definition(
         x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
     monkeypatch.setattr(P, "_BLOCKED_MIN_BYTES", 0)
     monkeypatch.setattr(P, "_BLOCK_BYTES", 2 * math.prod(spatial) * x.itemsize)
+    # Plans are cached per geometry: none made under other limits may answer, none made under
+    # these may outlive the test.
+    P._clipped_plan.cache_clear()
+    request.addfinalizer(P._clipped_plan.cache_clear)
     blocks: list[int] = []
     run = P._run_steps
 
@@ -414,10 +419,10 @@ def test_strided_innermost_pass_is_the_subsampled_flat_one() -> None:
     from onnxpy.ops import pool as P
 
     x = np.random.default_rng(5).standard_normal((1, 2, 7, 111)).astype(np.float32)
-    three = P._AxisTaps([(0, 55), (0, 55), (0, 55)], 0, [1, 2], 3, 2, 1, 0, 55)
+    three = P._AxisTaps(((0, 55), (0, 55), (0, 55)), 0, (1, 2), 3, 2, 1, 0, 55)
     got = P._flat_subsampled_pass(x, 3, three, np.maximum)
     assert got is not None
     want = np.maximum(np.maximum(x[..., 0:109:2], x[..., 1:110:2]), x[..., 2:111:2])
     np.testing.assert_array_equal(got, want)
-    two = P._AxisTaps([(0, 55), (0, 55)], 0, [1], 2, 2, 1, 0, 55)
+    two = P._AxisTaps(((0, 55), (0, 55)), 0, (1,), 2, 2, 1, 0, 55)
     assert P._flat_subsampled_pass(x, 3, two, np.maximum) is None
