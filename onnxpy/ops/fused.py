@@ -19,6 +19,7 @@ from ._derived import derived
 from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
 from .nn import _broadcasts_into, gemm
+from .pool import _max_pool
 from .registry import memoized, op
 from .tensor import _reshape_target, _split
 
@@ -425,6 +426,28 @@ def channel_max(xp: Any, X: Any, floor: Any) -> Any:  # noqa: N803
     """max(X, floor) per channel (axis 1): what remains of ReLU(X * k + s) once k and s were
     folded into the 1x1 convolution that reads it (optimizer/passes/fold_relu_floor.py)."""
     return xp.maximum(X, floor.reshape((1, -1) + (1,) * max(X.ndim - 2, 0)))
+
+
+@op("FusedMaxPool", 1, domain=DOMAIN)
+def fused_max_pool(
+    xp: Any,
+    X: Any,  # noqa: N803 - spec name
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int],
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+    activation: str = "Relu",
+    ctx: Any = None,
+) -> Any:
+    """Relu(MaxPool(X)) in one kernel: the ReLU of the convolution before a strided max pool,
+    moved after the pool (optimizer/passes/relu_after_pool.py), runs on each block of the pooled
+    result while it is in cache instead of as a pass of its own."""
+    if activation != "Relu":
+        raise ValueError(f"FusedMaxPool supports activation 'Relu' only, got '{activation}'")
+    return _max_pool(xp, X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, 0, False, ctx=ctx, floor=0.0)
 
 
 @op("FusedGemm", 1, domain=DOMAIN)

@@ -114,19 +114,23 @@ def _max_pool(
     storage_order: int,
     want_indices: bool,
     ctx: Any = None,
+    floor: float | None = None,
 ) -> Any:
+    """MaxPool; with ``floor`` max(MaxPool(x), floor) (FusedMaxPool's ReLU, floor 0), applied
+    to each block of the result while it is in cache."""
     begin, end, out, strides, dilations, ext = _setup(
         x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, ctx
     )
     nd = x.ndim - 2
     if not want_indices:
-        y = _separable_clipped(xp, x, kernel_shape, strides, dilations, begin, out, xp.maximum)
+        y = _separable_clipped(xp, x, kernel_shape, strides, dilations, begin, out, xp.maximum, floor)
         if y is not None:
             return y
     xpad = pad_input(xp, x, begin, end, out, ext, strides, _lowest(x.dtype))
     offsets_all = list(itertools.product(*(range(k) for k in kernel_shape)))
     if not want_indices:
-        return _separable(xp, xpad, kernel_shape, strides, dilations, out, xp.maximum)
+        y = _separable(xp, xpad, kernel_shape, strides, dilations, out, xp.maximum)
+        return y if floor is None else xp.maximum(y, y.dtype.type(floor), out=y)
     # With Indices: the first maximal element in kernel order wins (strict '>'); padded
     # positions never win, which only depends on positions, so it is tracked on the host.
     spatial = x.shape[2:]
@@ -248,6 +252,7 @@ def _separable_clipped(
     begin: list[int],
     out: list[int],
     combine: Any,
+    floor: float | None = None,
 ) -> Any:
     """Window max / sum one axis at a time, straight from the unpadded input: a tap that falls in
     the padding is skipped for those windows, which for max (padding is -inf) and sum (padding is
@@ -257,7 +262,8 @@ def _separable_clipped(
     Needs, per axis, one tap inside the input for every window (true unless pads exceed the
     kernel's reach, as ceil_mode can make them); returns None otherwise. What to do is planned
     once per geometry (``_clipped_plan``): a small pool is mostly Python around its ~10 numpy
-    calls, and a plan replays them from prepared index tuples."""
+    calls, and a plan replays them from prepared index tuples. ``floor``: the result is
+    max(result, floor) (max pools only)."""
     plan = _clipped_plan(
         tuple(x.shape),
         x.dtype.itemsize,
@@ -272,10 +278,12 @@ def _separable_clipped(
     if plan is None:
         return None
     if isinstance(plan, _BlockedPlan):
-        return _run_blocked(x, plan, combine)
+        return _run_blocked(x, plan, combine, floor)
     cur = x
     for p in plan:
         cur = _run_pass(xp, cur, p, combine)
+    if floor is not None:
+        xp.maximum(cur, cur.dtype.type(floor), out=cur)
     return cur
 
 
@@ -399,9 +407,9 @@ def _run_pass(xp: Any, x: Any, plan: _PassPlan, combine: Any) -> Any:
     return acc
 
 
-def _run_blocked(x: np.ndarray, plan: _BlockedPlan, combine: Any) -> np.ndarray:
+def _run_blocked(x: np.ndarray, plan: _BlockedPlan, combine: Any, floor: float | None = None) -> np.ndarray:
     """Both strided passes on one block of channels of one image at a time, the second writing
-    straight into the result."""
+    straight into the result (then max(block, floor) with a floor)."""
     n, c, _h, w = x.shape
     per_block = plan.per_block
     y = np.empty((n, c, *plan.out), dtype=x.dtype)
@@ -411,7 +419,10 @@ def _run_blocked(x: np.ndarray, plan: _BlockedPlan, combine: Any) -> np.ndarray:
             block = (slice(i, i + 1), slice(c0, c0 + per_block))
             m = mid[:, : min(c, c0 + per_block) - c0]
             _run_steps(x[block], m, plan.first, combine)
-            _run_steps(m, y[block], plan.second, combine)
+            dst = y[block]
+            _run_steps(m, dst, plan.second, combine)
+            if floor is not None:
+                np.maximum(dst, x.dtype.type(floor), out=dst)
     return y
 
 

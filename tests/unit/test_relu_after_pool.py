@@ -73,11 +73,13 @@ def _check(model: onnx.ModelProto) -> None:
 def test_relu_moves_after_a_strided_unpadded_pool(pool: dict[str, Any]) -> None:
     model = _model(pool)
     ops = _ops(model)
-    assert ops == {"FusedConv": 1, "MaxPool": 1, "Relu": 1}, ops
+    assert ops == {"FusedConv": 1, "FusedMaxPool": 1}, ops
     graph = build_graph(model)
     optimize(graph, 99, host_only=True)
-    order = [n.op_type for n in graph.nodes]
-    assert order.index("MaxPool") < order.index("Relu")
+    (conv,) = [n for n in graph.nodes if n.op_type == "FusedConv"]
+    (fused,) = [n for n in graph.nodes if n.op_type == "FusedMaxPool"]
+    assert not conv.attrs.get("activation") and fused.attrs["activation"] == "Relu"
+    assert fused.outputs == ["p"]  # the pool's output keeps its name and values
     _check(model)
     # The rectified convolution output, fetched by name, still means what the model says.
     x = np.random.default_rng(5).standard_normal((2, 3, 9, 9)).astype(np.float32)
@@ -102,7 +104,7 @@ def test_relu_moves_after_a_strided_unpadded_pool(pool: dict[str, Any]) -> None:
 def test_relu_stays_fused_where_moving_it_is_wrong_or_useless(pool: dict[str, Any], kwargs: dict[str, Any]) -> None:
     model = _model(pool, **kwargs)
     ops = _ops(model)
-    assert "Relu" not in ops, ops
+    assert "Relu" not in ops and "FusedMaxPool" not in ops, ops
     _check(model)
 
 
@@ -129,7 +131,7 @@ def _fire_model(*, relu_on_both: bool = True) -> onnx.ModelProto:
 
 def test_relu_of_every_concat_conv_member_moves_after_the_pool() -> None:
     model = _fire_model()
-    assert _ops(model) == {"ConcatConv": 1, "MaxPool": 1, "Relu": 1}
+    assert _ops(model) == {"ConcatConv": 1, "FusedMaxPool": 1}
     graph = build_graph(model)
     optimize(graph, 99, host_only=True)
     (cat,) = [n for n in graph.nodes if n.op_type == "ConcatConv"]
@@ -142,3 +144,25 @@ def test_concat_conv_with_a_member_without_relu_keeps_its_activations() -> None:
     ops = _ops(model)
     assert "Relu" not in ops and ops.get("ConcatConv") == 1, ops
     _check(model)
+
+
+@pytest.mark.parametrize(
+    "shape,attrs",
+    [
+        ((1, 24, 111, 111), dict(kernel_shape=[3, 3], strides=[2, 2])),  # over 1 MB: in blocks
+        ((2, 5, 12, 11), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),  # whole passes
+        ((1, 3, 6, 6), dict(kernel_shape=[2, 2], strides=[2, 2], pads=[3, 3, 3, 3])),  # padded path
+    ],
+    ids=["blocked", "passes", "padded"],
+)
+def test_fused_max_pool_is_relu_of_max_pool(shape: tuple[int, ...], attrs: dict[str, Any]) -> None:
+    from onnxpy.ops.fused import fused_max_pool
+    from onnxpy.ops.pool import max_pool
+
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    want = np.maximum(max_pool(np, x, **attrs), 0)
+    got = fused_max_pool(np, x, **attrs)
+    np.testing.assert_array_equal(got, want)
+    assert (got == 0).any() and (got > 0).any()
+    with pytest.raises(ValueError, match="activation 'Relu' only"):
+        fused_max_pool(np, x, **attrs, activation="Tanh")

@@ -5,6 +5,9 @@ every window that holds at least one input element. Applied after a strided pool
 runs over the pooled tensor (a quarter of the elements for 3x3/2) instead of the convolution's
 whole output: the stems of SqueezeNet, VGG and Inception, and VGG's every stage.
 
+The pool becomes a FusedMaxPool (ops/fused.py), which applies the ReLU to each block of its
+result while it is in cache: no pass and no node of its own.
+
 Only for a float32 FusedConv with activation Relu (no residual input), or a ConcatConv whose
 members all end in Relu (SqueezeNet's fire modules before a pool), whose output is read by a
 MaxPool alone, without padding (a window wholly in the padding would give the lowest value, not
@@ -59,17 +62,23 @@ def run(graph: Graph) -> bool:
             continue
         if graph.elem_type(y) != 1:
             continue
-        # New names for the values that change meaning: the convolution's output is no longer
-        # rectified and the pool's not yet. Their old names leave the optimized graph, so a
-        # caller fetching them gets the original values (from the unoptimized graph).
+        # A new name for the value that changes meaning: the convolution's output is no longer
+        # rectified. Its old name leaves the optimized graph, so a caller fetching it gets the
+        # original values (from the unoptimized graph). The pool's output keeps its name and
+        # its values: FusedMaxPool applies the ReLU to each block of the pooled result.
         raw = sweep.new_name(f"{y}_before_relu")
-        pooled = sweep.new_name(f"{pool.outputs[0]}_before_relu")
         sweep.replace(conv, Node(conv.op_type, list(conv.inputs), [raw], attrs, conv.name, conv.domain, conv.opset))
-        out = pool.outputs[0]
+        pool_attrs = {k: v for k, v in pool.attrs.items() if k != "storage_order"}
         sweep.replace(
             pool,
-            Node(pool.op_type, [raw, *pool.inputs[1:]], [pooled], dict(pool.attrs), pool.name, pool.domain, pool.opset),
+            Node(
+                "FusedMaxPool",
+                [raw],
+                list(pool.outputs),
+                {**pool_attrs, "activation": "Relu"},
+                pool.name,
+                FUSED_DOMAIN,
+                1,
+            ),
         )
-        relu_version = graph.opsets.get("", 13)
-        sweep.add(Node("Relu", [pooled], [out], {}, f"{pool.name or 'maxpool'}_relu", "", relu_version))
     return sweep.finish()
