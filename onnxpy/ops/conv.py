@@ -232,7 +232,10 @@ def _conv_shuffled(
     if xp is np and pointwise and n * o and is_channels_last(x) and m * c <= _SHUFFLED_DENSE_MAX_WEIGHTS:
         # Channels-last input (a depthwise result): one GEMM with W block-diagonal and its
         # columns in shuffled order keeps the result channels-last (g times the multiply-adds,
-        # one BLAS call, no shuffle pass).
+        # one BLAS call, no shuffle pass). Alone it beats the grouped GEMMs into NCHW only on
+        # large maps (ShuffleNet's 136 channels at 28x28: 180 against 203 us; 544 at 7x7: 196
+        # against 104), but in the model keeping every unit channels-last wins: using it on
+        # 28x28 maps only made ShuffleNet 8% slower than using it everywhere.
         wd = derived(
             (w,), ("shuffled-dense-T", group, g, np.dtype(x.dtype).str), lambda: _shuffled_dense_t(w, group, g, x.dtype)
         )

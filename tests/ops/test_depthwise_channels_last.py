@@ -117,17 +117,19 @@ def test_grouped_1x1_on_a_channels_last_input_stays_channels_last(with_bias: boo
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_shuffled_grouped_1x1_on_a_channels_last_input_is_one_dense_gemm(with_bias: bool) -> None:
-    """FusedConv's channel shuffle on channels-last input: W block-diagonal with its columns in
-    shuffled order, so output channel a * M/g + j lands at j * g + a, bias included."""
+@pytest.mark.parametrize("spatial", [(6, 6), (3, 5)])
+def test_shuffled_grouped_1x1_on_a_channels_last_input(with_bias: bool, spatial: tuple[int, int]) -> None:
+    """FusedConv's channel shuffle on channels-last input: one GEMM with W block-diagonal and
+    its columns in shuffled order, so output channel a * M/g + j lands at j * g + a, bias
+    included, and the result stays channels-last."""
     rng = np.random.default_rng(7)
-    x = _channels_last(rng, (1, 8, 3, 5))
+    x = _channels_last(rng, (1, 8, *spatial))
     w = rng.standard_normal((12, 2, 1, 1)).astype(np.float32)  # 4 groups of 2 -> 3
     b = rng.standard_normal(12).astype(np.float32) if with_bias else None
     got = fused_conv(np, x, w, b, group=4, shuffle_groups=4, activation="Relu")
     assert _depthwise.is_channels_last(got)
     plain = np.maximum(reference_conv(x, w, b, [1, 1], [0, 0, 0, 0], [1, 1], 4), 0)
-    want = plain.reshape(1, 4, 3, 3, 5).transpose(0, 2, 1, 3, 4).reshape(1, 12, 3, 5)
+    want = plain.reshape(1, 4, 3, *spatial).transpose(0, 2, 1, 3, 4).reshape(1, 12, *spatial)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     nchw = fused_conv(np, np.ascontiguousarray(x), w, b, group=4, shuffle_groups=4, activation="Relu")
     np.testing.assert_allclose(nchw, want, rtol=1e-5, atol=1e-5)  # the NCHW path agrees
