@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._compat import check_alloc, host_ints
+from ._depthwise import is_channels_last
 from ._spatial import geometry, pad_input, window_slices
 from .registry import memoized, op
 
@@ -264,27 +265,32 @@ def _separable_clipped(
     once per geometry (``_clipped_plan``): a small pool is mostly Python around its ~10 numpy
     calls, and a plan replays them from prepared index tuples. ``floor``: the result is
     max(result, floor) (max pools only)."""
+    # Channels-last input (a depthwise or channels-last 1x1 result): pooled in its own memory
+    # order, (N, H, W, C) with the spatial axes first, and returned channels-last.
+    channels_last = xp is np and is_channels_last(x)
+    src = x.transpose(0, 2, 3, 1) if channels_last else x
     plan = _clipped_plan(
-        tuple(x.shape),
+        tuple(src.shape),
         x.dtype.itemsize,
-        xp is np and x.flags.c_contiguous,
+        xp is np and src.flags.c_contiguous,
         xp is np,
         tuple(kernel),
         tuple(strides),
         tuple(dilations),
         tuple(begin),
         tuple(out),
+        1 if channels_last else 2,
     )
     if plan is None:
         return None
     if isinstance(plan, _BlockedPlan):
         return _run_blocked(x, plan, combine, floor)
-    cur = x
+    cur = src
     for p in plan:
         cur = _run_pass(xp, cur, p, combine)
     if floor is not None:
         xp.maximum(cur, cur.dtype.type(floor), out=cur)
-    return cur
+    return cur.transpose(0, 3, 1, 2) if channels_last else cur
 
 
 class _AxisTaps(NamedTuple):
@@ -356,29 +362,32 @@ def _clipped_plan(
     dilations: tuple[int, ...],
     begin: tuple[int, ...],
     out: tuple[int, ...],
+    first: int = 2,
 ) -> _BlockedPlan | tuple[_PassPlan, ...] | None:
-    """How ``_separable_clipped`` reduces an input of ``shape``: per axis the cheapest pass that
-    applies (subsampled, flat, else strided views), or for large 2-D host inputs the blocked
-    form; None where some window has no tap inside the input."""
+    """How ``_separable_clipped`` reduces an input of ``shape`` whose spatial axes start at
+    ``first`` (2 for NCHW, 1 for channels-last NHWC): per axis the cheapest pass that applies
+    (subsampled, flat, else strided views), or for large 2-D NCHW host inputs the blocked form;
+    None where some window has no tap inside the input."""
     axes = []
-    for a, n in enumerate(shape[2:]):
+    for a, n in enumerate(shape[first : first + len(kernel)]):
         ranges = _tap_ranges(n, kernel[a], strides[a], dilations[a], begin[a], out[a])
         full = [j for j, (lo, hi) in enumerate(ranges) if (lo, hi) == (0, out[a])]
         if not full:
             return None
         others = tuple(j for j in range(kernel[a]) if j != full[0] and ranges[j][0] < ranges[j][1])
         axes.append(_AxisTaps(ranges, full[0], others, kernel[a], strides[a], dilations[a], begin[a], out[a]))
-    if host and len(shape) == 4 and math.prod(shape) * itemsize > _BLOCKED_MIN_BYTES:
+    if host and first == 2 and len(shape) == 4 and math.prod(shape) * itemsize > _BLOCKED_MIN_BYTES:
         per_block = max(1, _BLOCK_BYTES // max(1, shape[2] * shape[3] * itemsize))
         return _BlockedPlan(_axis_steps(axes[0], 2), _axis_steps(axes[1], 3), per_block, (out[0], out[1]))
     passes = []
     cur = shape
     for a, taps in enumerate(axes):
         p = None
+        axis = first + a
         if taps.others and host:
-            p = _subsampled_plan(cur, itemsize, contiguous, 2 + a, taps) or _flat_plan(cur, contiguous, 2 + a, taps)
+            p = _subsampled_plan(cur, itemsize, contiguous, axis, taps) or _flat_plan(cur, contiguous, axis, taps)
         if p is None:
-            p = _PassPlan("axis", _shape_along(cur, 2 + a, taps.o), _axis_steps(taps, 2 + a))
+            p = _PassPlan("axis", _shape_along(cur, axis, taps.o), _axis_steps(taps, axis))
         passes.append(p)
         cur, contiguous = p.shape, True  # each pass's result is a fresh C-contiguous array
     return tuple(passes)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..model import dtypes
 from ._compat import check_alloc, host_ints, host_scalar, normalize_axes, normalize_axis
+from ._depthwise import is_channels_last
 from .registry import op
 
 # -- views ---------------------------------------------------------------------------------------
@@ -116,7 +117,21 @@ def concat(xp: Any, *inputs: Any, axis: int) -> Any:
     for x in inputs[1:]:
         if x.ndim != rank:
             raise ValueError(f"Concat inputs must have the same rank, got shapes {[list(i.shape) for i in inputs]}")
+    if xp is np and rank == 4 and axis == 1 and _mostly_channels_last(inputs):
+        # Channels-last inputs (ShuffleNet's branches): joined in channels-last memory, where
+        # each input's copy runs along its own rows, and the result stays channels-last.
+        return np.concatenate([x.transpose(0, 2, 3, 1) for x in inputs], axis=3).transpose(0, 3, 1, 2)
     return xp.concatenate(inputs, axis=axis)
+
+
+def _mostly_channels_last(inputs: tuple[Any, ...]) -> bool:
+    """Whether channels-last arrays hold at least half the channels of these same-shaped (but
+    for channels) 4-D numpy inputs."""
+    first = inputs[0].shape
+    if any(x.__class__ is not np.ndarray or x.shape[0] != first[0] or x.shape[2:] != first[2:] for x in inputs):
+        return False
+    last = sum(x.shape[1] for x in inputs if is_channels_last(x))
+    return last > 0 and 2 * last >= sum(x.shape[1] for x in inputs)
 
 
 def _split_sizes(length: int, split: list[int] | None, n_outputs: int, num_outputs: int | None) -> list[int]:

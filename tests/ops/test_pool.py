@@ -360,7 +360,7 @@ def test_clipped_pool_paths_match_the_definition(
 
 @pytest.mark.parametrize("spatial,k,s,d,pads", [g for g in GEOMETRIES if len(g[0]) == 2])
 @pytest.mark.parametrize("mode", ["max", "sum"])
-@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("layout", ["nchw", "strided"])
 def test_pools_in_blocks_of_planes_match_the_definition(
     monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
@@ -372,14 +372,14 @@ def test_pools_in_blocks_of_planes_match_the_definition(
     mode: str,
     layout: str,
 ) -> None:
-    """Large 2-D pools run a few planes at a time (``_blocked_planes``): here every input is
+    """Large 2-D pools run a few planes at a time (``_run_blocked``): here every input is
     large enough and a block holds two planes, so 2 images x 5 channels make 6 blocks, the
-    last one short; a channels-last view is blocked in place."""
+    last one short; a strided view (every other channel of a larger array) is blocked in place."""
     from onnxpy.ops import pool as P
 
-    x = np.random.default_rng(6).standard_normal((2, 5, *spatial)).astype(np.float32)
-    if layout == "channels_last":
-        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    x = np.random.default_rng(6).standard_normal((2, 10 if layout == "strided" else 5, *spatial)).astype(np.float32)
+    if layout == "strided":
+        x = x[:, ::2]
     monkeypatch.setattr(P, "_BLOCKED_MIN_BYTES", 0)
     monkeypatch.setattr(P, "_BLOCK_BYTES", 2 * math.prod(spatial) * x.itemsize)
     # Plans are cached per geometry: none made under other limits may answer, none made under
@@ -399,6 +399,26 @@ def test_pools_in_blocks_of_planes_match_the_definition(
     if got is None:
         return  # pads past the kernel's reach: the padded path (test above)
     assert blocks == [2, 2, 2, 2, 1, 1] * 2  # two passes per block
+    np.testing.assert_allclose(got, _brute_pool(x, k, s, d, pads, out, mode), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spatial,k,s,d,pads", [g for g in GEOMETRIES if len(g[0]) == 2])
+@pytest.mark.parametrize("mode", ["max", "sum"])
+def test_channels_last_input_is_pooled_channels_last(
+    spatial: tuple[int, ...], k: list[int], s: list[int], d: list[int], pads: list[int], mode: str
+) -> None:
+    """A channels-last input (ShuffleNet's pools read a channels-last 1x1 result) is reduced in
+    its own memory order, spatial axes first, and the result stays channels-last."""
+    from onnxpy.ops import _depthwise
+    from onnxpy.ops import pool as P
+
+    x = np.random.default_rng(9).standard_normal((2, 6, *spatial)).astype(np.float32)
+    x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    out = [(n + pads[i] + pads[2 + i] - ((k[i] - 1) * d[i] + 1)) // s[i] + 1 for i, n in enumerate(spatial)]
+    got = P._separable_clipped(np, x, k, s, d, pads[:2], out, np.maximum if mode == "max" else np.add)
+    if got is None:
+        return  # pads past the kernel's reach: the padded path
+    assert _depthwise.is_channels_last(got) or got.shape[2] * got.shape[3] == 1
     np.testing.assert_allclose(got, _brute_pool(x, k, s, d, pads, out, mode), rtol=1e-5, atol=1e-5)
 
 
