@@ -131,6 +131,19 @@ def pointwise_depthwise_channels_last(
     return y.transpose(0, 3, 1, 2)
 
 
+# Most values (positions x channels) in one chunk of an output row (see _depthwise_image).
+_CHUNK_VALUES = 1400
+
+
+def _row_chunk(ow: int, c: int) -> int:
+    """The largest divisor q of ``ow`` with q * c <= _CHUNK_VALUES (at least 1)."""
+    best = 1
+    for q in range(1, ow + 1):
+        if ow % q == 0 and q * c <= _CHUNK_VALUES:
+            best = q
+    return best
+
+
 def _depthwise_image(
     p: np.ndarray,
     w: np.ndarray,
@@ -153,8 +166,16 @@ def _depthwise_image(
     # All taps as one strided view of the padded image, summed by one einsum: a fused
     # multiply-add pass. At stride 1 a tap's output row is one run of ow*c values.
     if sw == 1:
-        taps = strided_view(p, (kh, kw, oh, row), (cols * c * item, c * item, sh * cols * c * item, item))
-        np.einsum("uvrl,uvl->rl", taps, weights, out=yi)
+        # The output row in chunks of q positions, so the kh*kw weight rows einsum reads for
+        # each chunk (tiled only q times) stay in L1 instead of streaming from L2 with the
+        # taps: 144 channels at 56x56 618 -> 485 us, 96 at 112x112 1738 -> 1391, 576 at 14x14
+        # 144 -> 116 (q*C of about 1,000-1,400 values was best on every MobileNet shape).
+        q = _row_chunk(ow, c)
+        lc = q * c
+        taps = strided_view(
+            p, (kh, kw, oh, ow // q, lc), (cols * c * item, c * item, sh * cols * c * item, lc * item, item)
+        )
+        np.einsum("uvrQl,uvl->rQl", taps, weights[:, :, :lc], out=yi.reshape(oh, ow // q, lc))
     else:
         taps = strided_view(
             p, (kh, kw, oh, ow, c), (cols * c * item, c * item, sh * cols * c * item, sw * c * item, item)

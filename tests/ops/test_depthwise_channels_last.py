@@ -47,6 +47,35 @@ def test_matches_the_direct_definition(
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("chunk_positions", [1, 2, 3])
+@pytest.mark.parametrize("xs,k,strides,pads", [case for case in CASES if case[2][1] == 1])
+def test_stride_1_rows_in_chunks_of_positions(
+    monkeypatch: pytest.MonkeyPatch,
+    xs: tuple[int, ...],
+    k: tuple[int, int],
+    strides: list[int],
+    pads: list[int],
+    chunk_positions: int,
+) -> None:
+    """At stride 1 each output row is reduced in chunks of q positions (the largest divisor of
+    the row length with q * C within _CHUNK_VALUES): forced here to chunks of 1-3 positions."""
+    c = xs[1]
+    monkeypatch.setattr(_depthwise, "_CHUNK_VALUES", chunk_positions * c)
+    rng = np.random.default_rng(sum(xs) + chunk_positions)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((c, 1, *k)).astype(np.float32)
+    got = conv_nd(np, x, w, None, group=c, strides=strides, pads=pads)
+    want = reference_conv(x, w, None, strides, pads, [1, 1], c)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_row_chunk_is_the_largest_divisor_within_the_budget() -> None:
+    assert _depthwise._row_chunk(112, 32) == 28  # 28 * 32 = 896 <= 1400 < 56 * 32
+    assert _depthwise._row_chunk(56, 144) == 8
+    assert _depthwise._row_chunk(7, 960) == 1
+    assert _depthwise._row_chunk(13, 4000) == 1  # wider than the budget: one position
+
+
 def test_channels_last_input_gives_the_same_result() -> None:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 16, 10, 10)).astype(np.float32)
