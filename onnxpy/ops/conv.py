@@ -229,23 +229,6 @@ def _conv_shuffled(
     # pre[:, a * m/g + j] lands in res[:, j * g + a]: through this view it is written in order.
     pre = res.reshape(n, m // g, g, o).transpose(0, 2, 1, 3)  # (n, g, m/g, o)
     pointwise = all(kk == 1 for kk in k) and not any(begin) and not any(end) and all(st == 1 for st in strides)
-    if xp is np and pointwise and n * o and is_channels_last(x) and m * c <= _SHUFFLED_DENSE_MAX_WEIGHTS:
-        # Channels-last input (a depthwise result): one GEMM with W block-diagonal and its
-        # columns in shuffled order keeps the result channels-last (g times the multiply-adds,
-        # one BLAS call, no shuffle pass). Alone it beats the grouped GEMMs into NCHW only on
-        # large maps (ShuffleNet's 136 channels at 28x28: 180 against 203 us; 544 at 7x7: 196
-        # against 104), but in the model keeping every unit channels-last wins: using it on
-        # 28x28 maps only made ShuffleNet 8% slower than using it everywhere.
-        wd = derived(
-            (w,), ("shuffled-dense-T", group, g, np.dtype(x.dtype).str), lambda: _shuffled_dense_t(w, group, g, x.dtype)
-        )
-        yt = np.matmul(x.reshape(n, c, o).transpose(0, 2, 1), wd)  # (n, o, m)
-        if b is not None:
-            _add_row_bias(yt, b.reshape(g, m // g).T.reshape(m), m, x.dtype)  # in column order
-        res = yt.transpose(0, 2, 1).reshape(n, m, *out)
-        if epilogue is not None:
-            epilogue(res)
-        return res
     if xp is np and pointwise and group == g and n * o:
         # The grouped GEMM's result blocks are exactly the shuffle's source groups: BLAS writes
         # each group's rows with a row stride of g rows, and no copy is made. (numpy only:
@@ -280,8 +263,6 @@ def _conv_dispatch(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any = 
         if any(begin) or any(end) or any(s != 1 for s in strides):
             x = pad_input(xp, x, begin, end, out, ext, strides, 0)
             x = x[window_slices([0] * nd, dilations, strides, out)]
-        elif group > 1 and into is None and xp is np and is_channels_last(x):
-            return _pointwise_grouped_channels_last(x, w, b, group, out)
         elif group == 1 and is_channels_last(x):
             # Channels-last input (a depthwise result): Y^T = X^T W^T keeps the output
             # channels-last too, and BLAS reads both operands in place.
@@ -295,7 +276,11 @@ def _conv_dispatch(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any = 
                 return xp.matmul(xs, _bias_augmented(xp, w, b, cdt).T).transpose(0, 2, 1).reshape(n, m, *out)
             yt = xp.matmul(xt, tiled_rows(w, m, c, 1, cdt))  # (n, o, m)
             if b is not None:
-                _add_row_bias(yt, b, m, cdt)
+                # As rows of r*m values: an inner loop of m (often 16-32) alone is slow.
+                r = max(1, 1024 // m)
+                while (n * o) % r:
+                    r -= 1
+                yt.reshape(-1, r * m)[...] += tiled_rows(b, m, 1, r, cdt)[0]
             return yt.transpose(0, 2, 1).reshape(n, m, *out)
         if b is not None and group == 1 and cg < m:
             # Fewer input than output channels: append a row of ones to X and the bias as a
@@ -339,58 +324,6 @@ def _conv_dispatch(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any = 
     if b is not None:
         y += b.reshape((1, m) + (1,) * nd)
     return y
-
-
-def _pointwise_grouped_channels_last(x: np.ndarray, w: np.ndarray, b: Any, group: int, out: list[int]) -> np.ndarray:
-    """A grouped 1x1 convolution of channels-last input (a depthwise result, in ShuffleNet),
-    kept channels-last: per group and image, the (positions, C/g) block of X^T times W_g^T,
-    written straight into its columns of the (positions, M) result. BLAS reads and writes
-    those blocks in place (row strides C and M), where NCHW output would make it read X^T
-    transposed (136 channels at 28x28: 55 against 104 us)."""
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    o = math.prod(out)
-    cg, mg = c // group, m // group
-    xg = x.reshape(n, c, o).transpose(0, 2, 1).reshape(n, o, group, cg).transpose(2, 0, 1, 3)  # (g, n, o, cg)
-    wt = derived((w,), ("grouped-pointwise-T", group, np.dtype(x.dtype).str), lambda: _grouped_t(w, group, x.dtype))
-    y = np.empty((n, o, m), dtype=x.dtype)
-    np.matmul(xg, wt[:, None], out=y.reshape(n, o, group, mg).transpose(2, 0, 1, 3))
-    if b is not None:
-        _add_row_bias(y, b, m, x.dtype)
-    return y.transpose(0, 2, 1).reshape(n, m, *out)
-
-
-# The dense form of a shuffled grouped 1x1 convolution: W^T as a (C, M) matrix up to this size
-# (ShuffleNet's largest is 544x544).
-_SHUFFLED_DENSE_MAX_WEIGHTS = 1 << 20
-
-
-def _shuffled_dense_t(w: np.ndarray, group: int, g: int, dt: np.dtype) -> np.ndarray:
-    """W^T of a grouped 1x1 convolution as a dense (C, M) block-diagonal matrix, its columns in
-    channel-shuffled order: output channel a * M/g + j lands in column j * g + a."""
-    m, cg = w.shape[:2]
-    mg = m // group
-    dense = np.zeros((cg * group, m), dtype=dt)
-    for a in range(group):
-        dense[a * cg : (a + 1) * cg, a * mg : (a + 1) * mg] = w[a * mg : (a + 1) * mg].reshape(mg, cg).T
-    source = np.arange(m).reshape(g, m // g).T.reshape(-1)  # column j * g + a reads a * M/g + j
-    return np.ascontiguousarray(dense[:, source])
-
-
-def _grouped_t(w: np.ndarray, group: int, dt: np.dtype) -> np.ndarray:
-    """W of a grouped 1x1 convolution as (group, C/g, M/g): each group's W_g^T, contiguous."""
-    m, cg = w.shape[:2]
-    return np.ascontiguousarray(w.reshape(group, m // group, cg).transpose(0, 2, 1).astype(dt, copy=False))
-
-
-def _add_row_bias(y: np.ndarray, b: np.ndarray, m: int, dt: np.dtype) -> None:
-    """Add the per-channel bias to a channels-last (..., M) array in place, as rows of r*M values:
-    an inner loop of M (often 16-32) alone is slow."""
-    total = y.size // m
-    r = max(1, 1024 // m)
-    while total % r:
-        r -= 1
-    y.reshape(-1, r * m)[...] += tiled_rows(b, m, 1, r, dt)[0]
 
 
 def _conv2d_padded_width(

@@ -125,12 +125,6 @@ def fused_conv(
     if epilogue is not None:
         return y
     if Z is not None:
-        if Z.shape == y.shape and is_channels_last(y) and not is_channels_last(Z):
-            # Adding NCHW into channels-last memory walks one of them across its strides (143
-            # us at 136x28x28); a transposing copy of Z first and a flat add cost 43.
-            z = np.empty(y.shape[:1] + y.shape[2:] + y.shape[1:2], dtype=np.result_type(Z, y))
-            z[...] = Z.transpose(0, 2, 3, 1)
-            Z = z.transpose(0, 3, 1, 2)
         if _broadcasts_into(tuple(Z.shape), tuple(y.shape)):
             y += Z  # in place, also for an addend that broadcasts into y (per channel, say)
         else:

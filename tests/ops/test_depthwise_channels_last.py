@@ -125,60 +125,6 @@ def test_1x1_on_a_channels_last_input_stays_channels_last(with_bias: bool, outpu
     np.testing.assert_allclose(got, reference_conv(x, w, b, [1, 1], [0, 0, 0, 0], [1, 1], 1), rtol=1e-5, atol=1e-5)
 
 
-def _channels_last(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    n, c, h, w = shape
-    return np.ascontiguousarray(rng.standard_normal((n, h, w, c)).astype(np.float32)).transpose(0, 3, 1, 2)
-
-
-@pytest.mark.parametrize("with_bias", [False, True])
-@pytest.mark.parametrize("group,outputs", [(2, 6), (4, 8), (3, 3)])
-def test_grouped_1x1_on_a_channels_last_input_stays_channels_last(with_bias: bool, group: int, outputs: int) -> None:
-    """ShuffleNet's grouped 1x1 after a depthwise: each group's GEMM reads and writes its
-    channel block of channels-last memory in place."""
-    rng = np.random.default_rng(6)
-    x = _channels_last(rng, (2, 12, 4, 5))
-    w = rng.standard_normal((outputs, 12 // group, 1, 1)).astype(np.float32)
-    b = rng.standard_normal(outputs).astype(np.float32) if with_bias else None
-    got = conv_nd(np, x, w, b, group=group)
-    assert _depthwise.is_channels_last(got)
-    want = reference_conv(x, w, b, [1, 1], [0, 0, 0, 0], [1, 1], group)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("with_bias", [False, True])
-@pytest.mark.parametrize("spatial", [(6, 6), (3, 5)])
-def test_shuffled_grouped_1x1_on_a_channels_last_input(with_bias: bool, spatial: tuple[int, int]) -> None:
-    """FusedConv's channel shuffle on channels-last input: one GEMM with W block-diagonal and
-    its columns in shuffled order, so output channel a * M/g + j lands at j * g + a, bias
-    included, and the result stays channels-last."""
-    rng = np.random.default_rng(7)
-    x = _channels_last(rng, (1, 8, *spatial))
-    w = rng.standard_normal((12, 2, 1, 1)).astype(np.float32)  # 4 groups of 2 -> 3
-    b = rng.standard_normal(12).astype(np.float32) if with_bias else None
-    got = fused_conv(np, x, w, b, group=4, shuffle_groups=4, activation="Relu")
-    assert _depthwise.is_channels_last(got)
-    plain = np.maximum(reference_conv(x, w, b, [1, 1], [0, 0, 0, 0], [1, 1], 4), 0)
-    want = plain.reshape(1, 4, 3, *spatial).transpose(0, 2, 1, 3, 4).reshape(1, 12, *spatial)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    nchw = fused_conv(np, np.ascontiguousarray(x), w, b, group=4, shuffle_groups=4, activation="Relu")
-    np.testing.assert_allclose(nchw, want, rtol=1e-5, atol=1e-5)  # the NCHW path agrees
-
-
-@pytest.mark.parametrize("residual_layout", ["nchw", "channels_last"])
-def test_residual_of_either_layout_adds_into_a_channels_last_result(residual_layout: str) -> None:
-    rng = np.random.default_rng(8)
-    x = _channels_last(rng, (1, 8, 4, 4))
-    w = rng.standard_normal((8, 2, 1, 1)).astype(np.float32)
-    b = rng.standard_normal(8).astype(np.float32)
-    z = _channels_last(rng, (1, 8, 4, 4))
-    if residual_layout == "nchw":
-        z = np.ascontiguousarray(z)
-    got = fused_conv(np, x, w, b, z, group=4, activation="Relu")
-    assert _depthwise.is_channels_last(got)
-    want = np.maximum(reference_conv(x, w, b, [1, 1], [0, 0, 0, 0], [1, 1], 4) + z, 0)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-
-
 def test_session_outputs_are_c_contiguous() -> None:
     """A model ending in a depthwise convolution still hands back a C-contiguous array."""
     from onnx import TensorProto, helper, numpy_helper
