@@ -103,6 +103,29 @@ def test_softmax_masked_row() -> None:
     np.testing.assert_allclose(got[0][1], want[0][1], rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "row",
+    [
+        "classifier",  # 1000 logits, one large
+        "masked",  # some -inf: they get 0
+        "all_masked",  # every value -inf: NaN, as onnxruntime
+    ],
+)
+@pytest.mark.parametrize("opset,dtype", [(11, np.float32), (13, np.float32), (13, np.float64)])
+def test_softmax_of_one_row(row: str, opset: int, dtype: Any) -> None:
+    """A classifier's single row takes a five-call path of its own; its edge cases go the
+    general way."""
+    x = (np.random.default_rng(3).standard_normal((1, 1000)) * 3).astype(dtype)
+    if row == "classifier":
+        x[0, 7] = 40
+    elif row == "masked":
+        x[0, ::3] = -np.inf
+    elif row == "all_masked":
+        x[...] = -np.inf
+    got, want = _both("Softmax", {"X": x}, opset, axis=1 if opset == 11 else -1)
+    _same(got, want, 1e-6)
+
+
 def test_softmax_empty() -> None:
     x = np.zeros((0, 4), np.float32)
     assert _ours("Softmax", {"X": x}, 13)[0].shape == (0, 4)
