@@ -390,7 +390,8 @@ def test_pools_in_blocks_of_planes_match_the_definition(
     run = P._run_steps
 
     def counted(src: Any, acc: Any, steps: Any, combine: Any) -> None:
-        blocks.append(acc.shape[1])
+        if acc.ndim == 4:  # not the subsampled pass's flat steps (its edge steps count)
+            blocks.append(acc.shape[1])
         run(src, acc, steps, combine)
 
     monkeypatch.setattr(P, "_run_steps", counted)
