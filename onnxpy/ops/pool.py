@@ -336,17 +336,19 @@ class _BlockedPlan(NamedTuple):
     second: tuple[_Step, ...]
     per_block: int
     out: tuple[int, int]
-    #: the second (innermost) axis's taps: each block's second pass is the subsampled flat one
-    #: where that applies (strided windows of 3+ taps; 7-12% faster than strided steps there)
-    width: _AxisTaps
-    itemsize: int
+    #: the second (innermost) axis's pass as the subsampled flat one, for a full block and for
+    #: the last (shorter) one, where that applies (strided windows of 3+ taps: 7-12% faster
+    #: than the strided steps); None where it does not
+    subsampled: _PassPlan | None
+    subsampled_last: _PassPlan | None
 
 
 # A 2-D window reduction over more than this many bytes runs a block of planes at a time, each
 # block's passes in L2: a whole-array pass runs from L3 at about 25 GB/s on the benchmark
 # machine, a pass over 256 KB in L2 at about 57. SqueezeNet's first 3x3/2 max pool (64x111x111)
-# takes 660 us this way against 820 through whole-array passes; in-model SqueezeNet ran 9%
-# faster, Inception v1/v2 6-8%, ResNet-50 3%.
+# takes 660 us this way against 820 through whole-array passes; each model run alone, SqueezeNet
+# ran 9% faster, Inception v1/v2 6-8%, ResNet-50 3% (in the benchmark's run of every model the
+# effect is within noise: docs/benchmark.md, the fourth night).
 _BLOCKED_MIN_BYTES = 1 << 20
 _BLOCK_BYTES = 512 << 10
 
@@ -382,8 +384,18 @@ def _clipped_plan(
         axes.append(_AxisTaps(ranges, full[0], others, kernel[a], strides[a], dilations[a], begin[a], out[a]))
     if host and first == 2 and len(shape) == 4 and math.prod(shape) * itemsize > _BLOCKED_MIN_BYTES:
         per_block = max(1, _BLOCK_BYTES // max(1, shape[2] * shape[3] * itemsize))
+        last = shape[1] % per_block or min(shape[1], per_block)
+
+        def subsampled(planes: int) -> _PassPlan | None:
+            return _subsampled_plan((1, planes, out[0], shape[3]), itemsize, True, 3, axes[1])
+
         return _BlockedPlan(
-            _axis_steps(axes[0], 2), _axis_steps(axes[1], 3), per_block, (out[0], out[1]), axes[1], itemsize
+            _axis_steps(axes[0], 2),
+            _axis_steps(axes[1], 3),
+            per_block,
+            (out[0], out[1]),
+            subsampled(min(shape[1], per_block)),
+            subsampled(last),
         )
     passes = []
     cur = shape
@@ -438,7 +450,6 @@ def _run_blocked(x: np.ndarray, plan: _BlockedPlan, combine: Any, floor: float |
     n, c, _h, w = x.shape
     per_block = plan.per_block
     y = np.empty((n, c, *plan.out), dtype=x.dtype)
-    taps_ok = plan.width.s > 1 and plan.width.k >= 3
     mid = np.empty((1, min(c, per_block), plan.out[0], w), dtype=x.dtype)
     line = np.empty(mid.size, dtype=x.dtype)
     for i in range(n):
@@ -447,7 +458,7 @@ def _run_blocked(x: np.ndarray, plan: _BlockedPlan, combine: Any, floor: float |
             m = mid[:, : min(c, c0 + per_block) - c0]
             _run_steps(x[block], m, plan.first, combine)
             dst = y[block]
-            sub = _subsampled_plan(m.shape, plan.itemsize, True, 3, plan.width) if taps_ok else None
+            sub = plan.subsampled if c0 + per_block < c else plan.subsampled_last
             if sub is None:
                 _run_steps(m, dst, plan.second, combine)
             else:
