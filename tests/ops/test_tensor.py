@@ -213,6 +213,24 @@ def test_concat_with_empty_input() -> None:
     vs_ort("Concat", {"a": X34, "b": np.zeros((0, 4), np.float32)}, {"y": F}, axis=0)
 
 
+@pytest.mark.parametrize("layouts", [("cl", "cl"), ("cl", "nchw"), ("nchw", "cl"), ("cl", "nchw", "nchw")])
+def test_concat_of_channels_last_inputs(layouts: tuple[str, ...]) -> None:
+    """Channels-last inputs holding at least half the channels are joined in channels-last
+    memory (the result stays channels-last); otherwise the plain NCHW join. Values either way."""
+    from onnxpy.ops._depthwise import is_channels_last
+    from onnxpy.ops.tensor import concat
+
+    rng = np.random.default_rng(11)
+    parts = []
+    for i, layout in enumerate(layouts):
+        a = rng.standard_normal((2, 3 + i, 4, 5)).astype(np.float32)
+        parts.append(np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) if layout == "cl" else a)
+    got = concat(np, *parts, axis=1)
+    np.testing.assert_array_equal(got, np.concatenate([np.ascontiguousarray(p) for p in parts], axis=1))
+    cl_channels = sum(p.shape[1] for p, layout in zip(parts, layouts) if layout == "cl")
+    assert is_channels_last(got) == (2 * cl_channels >= got.shape[1])
+
+
 def test_concat_strings() -> None:
     a = np.array(["x", "y"], dtype=object)
     got = onnxpy_only("Concat", {"a": a, "b": a[:1]}, {"y": STR}, axis=0)[0]
