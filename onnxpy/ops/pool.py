@@ -479,13 +479,6 @@ def _run_steps(src: Any, dst: Any, steps: tuple[_Step, ...], combine: Any) -> No
             combine(part, src[b], out=part)
 
 
-def _axis_pass(xp: Any, x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
-    """Reduce the windows along one axis by strided views (see ``_axis_steps``)."""
-    acc = xp.empty(_shape_along(tuple(x.shape), axis, taps.o), dtype=x.dtype)
-    _run_steps(x, acc, _axis_steps(taps, axis), combine)
-    return acc
-
-
 @functools.lru_cache(maxsize=1024)
 def _axis_steps(taps: _AxisTaps, axis: int) -> tuple[_Step, ...]:
     """One axis's pass by strided views: the base tap (inside the input for every window)
@@ -596,12 +589,6 @@ def _subsampled_plan(
     return _PassPlan(
         "subsampled", _shape_along(shape, axis, o), tuple(steps), _edge_steps(taps, axis), (total // n, o, n, s)
     )
-
-
-def _flat_subsampled_pass(x: Any, axis: int, taps: _AxisTaps, combine: Any) -> Any:
-    """``_subsampled_plan``'s pass on ``x``, or None where it does not apply."""
-    plan = _subsampled_plan(tuple(x.shape), x.dtype.itemsize, x.flags.c_contiguous, axis, taps)
-    return None if plan is None else _run_pass(np, x, plan, combine)
 
 
 def _edge_steps(taps: _AxisTaps, axis: int) -> tuple[_Step, ...]:

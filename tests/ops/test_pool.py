@@ -441,9 +441,10 @@ def test_strided_innermost_pass_is_the_subsampled_flat_one() -> None:
 
     x = np.random.default_rng(5).standard_normal((1, 2, 7, 111)).astype(np.float32)
     three = P._AxisTaps(((0, 55), (0, 55), (0, 55)), 0, (1, 2), 3, 2, 1, 0, 55)
-    got = P._flat_subsampled_pass(x, 3, three, np.maximum)
-    assert got is not None
+    plan = P._subsampled_plan(x.shape, x.itemsize, True, 3, three)
+    assert plan is not None
+    got = P._run_pass(np, x, plan, np.maximum)
     want = np.maximum(np.maximum(x[..., 0:109:2], x[..., 1:110:2]), x[..., 2:111:2])
     np.testing.assert_array_equal(got, want)
     two = P._AxisTaps(((0, 55), (0, 55)), 0, (1,), 2, 2, 1, 0, 55)
-    assert P._flat_subsampled_pass(x, 3, two, np.maximum) is None
+    assert P._subsampled_plan(x.shape, x.itemsize, True, 3, two) is None
