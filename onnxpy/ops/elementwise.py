@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import _erf
+from ._clamp import floor_at
 from .registry import op
 
 
@@ -162,9 +163,7 @@ def bitwise_not(xp: Any, x: Any) -> Any:
 
 @op("Relu", 6, may_inplace={0: 0})
 def relu(xp: Any, x: Any, *, out: Any = None) -> Any:
-    if out is not None:
-        return xp.maximum(x, 0, out=out)
-    return xp.maximum(x, x.dtype.type(0))
+    return floor_at(xp, x, 0, out=out)
 
 
 @op("Sigmoid", 6)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ._clamp import floor_at, np_clip
 from ._compat import check_alloc, host_ints
 from ._depthwise import is_channels_last, pointwise_depthwise_channels_last
 from ._derived import derived
@@ -25,13 +26,12 @@ from .tensor import _reshape_target, _split
 
 DOMAIN = "onnxpy.fused"
 
-# numpy's clip ufunc itself: np.clip's Python wrapper costs ~2 us a call, and fused epilogues
-# clip every block of a convolution's output (MobileNet: ~130 calls a run).
-_np_clip = (np._core if hasattr(np, "_core") else np.core).umath.clip
+# numpy's clip ufunc itself (see _clamp.py): fused epilogues clip every block of a
+# convolution's output (MobileNet: ~130 calls a run).
 
 
 def _clip(xp: Any) -> Any:
-    return _np_clip if xp is np else xp.clip
+    return np_clip if xp is np else xp.clip
 
 
 def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> Any:
@@ -39,7 +39,7 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
     if not activation:
         return y
     if activation == "Relu":
-        return xp.maximum(y, 0, out=y)
+        return floor_at(xp, y, 0, out=y)
     t = y.dtype.type
     if activation == "LeakyRelu":
         neg = xp.minimum(y, t(0))

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._clamp import floor_at
 from ._compat import check_alloc, host_ints
 from ._depthwise import is_channels_last
 from ._spatial import geometry, pad_input, window_slices
@@ -131,7 +132,7 @@ def _max_pool(
     offsets_all = list(itertools.product(*(range(k) for k in kernel_shape)))
     if not want_indices:
         y = _separable(xp, xpad, kernel_shape, strides, dilations, out, xp.maximum)
-        return y if floor is None else xp.maximum(y, y.dtype.type(floor), out=y)
+        return y if floor is None else floor_at(xp, y, floor, out=y)
     # With Indices: the first maximal element in kernel order wins (strict '>'); padded
     # positions never win, which only depends on positions, so it is tracked on the host.
     spatial = x.shape[2:]
@@ -289,7 +290,7 @@ def _separable_clipped(
     for p in plan:
         cur = _run_pass(xp, cur, p, combine)
     if floor is not None:
-        xp.maximum(cur, cur.dtype.type(floor), out=cur)
+        floor_at(xp, cur, floor, out=cur)
     return cur.transpose(0, 3, 1, 2) if channels_last else cur
 
 
@@ -464,7 +465,7 @@ def _run_blocked(x: np.ndarray, plan: _BlockedPlan, combine: Any, floor: float |
             else:
                 _run_subsampled(m, dst, sub, line, combine)
             if floor is not None:
-                np.maximum(dst, x.dtype.type(floor), out=dst)
+                floor_at(np, dst, floor, out=dst)
     return y
 
 

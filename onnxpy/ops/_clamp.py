@@ -1,0 +1,30 @@
+"""max(x, scalar) on numpy through the clip ufunc.
+
+numpy's ``maximum`` against a scalar runs a slow loop: for float32 about 0.45 ns a value where
+its ``clip`` ufunc with scalar bounds runs vectorized at about 0.15 (numpy 2.4; 106,624 float32
+values in place: 46 us against 14; float64 74 against 39). Every ReLU of a convolution's output
+goes through here, so this is several percent of a CNN. float16 is the other way round (clip
+3x slower), so it, integers and other array types keep ``maximum``. Both propagate NaN.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+# The ufunc itself (np.clip's Python wrapper costs about 2 us a call).
+np_clip = (np._core if hasattr(np, "_core") else np.core).umath.clip
+# Upper bound per dtype that takes the clip path; below _SMALL values maximum's lower call
+# overhead wins (about 0.8 against 1.4 us).
+_CLIPPED = {np.dtype(np.float32): np.float32(np.inf), np.dtype(np.float64): np.float64(np.inf)}
+_SMALL = 4096
+
+
+def floor_at(xp: Any, x: Any, floor: float, out: Any = None) -> Any:
+    """Elementwise max(x, floor) for a scalar ``floor``, into ``out`` when given (may be x)."""
+    if xp is np and x.size >= _SMALL:
+        top = _CLIPPED.get(x.dtype)
+        if top is not None:
+            return np_clip(x, floor, top, out=out)
+    return xp.maximum(x, floor, out=out)

@@ -1,0 +1,44 @@
+"""floor_at (ops/_clamp.py): max(x, scalar) through numpy's clip ufunc where that is faster."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxpy.ops._clamp import _SMALL, floor_at
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.int8])
+@pytest.mark.parametrize("size", [7, _SMALL, 3 * _SMALL + 5])
+@pytest.mark.parametrize("floor", [0, -0.5, 2])
+def test_floor_at_matches_maximum(dtype: type, size: int, floor: float) -> None:
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * 4).astype(dtype)
+    if np.issubdtype(dtype, np.integer) and floor != int(floor):
+        floor = int(floor)
+    want = np.maximum(x, np.asarray(floor).astype(dtype))
+    got = floor_at(np, x, floor)
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(got, want)
+    assert got is not x
+    inplace = x.copy()
+    assert floor_at(np, inplace, floor, out=inplace) is inplace
+    np.testing.assert_array_equal(inplace, want)
+
+
+@pytest.mark.parametrize("size", [5, 2 * _SMALL])
+def test_floor_at_propagates_nan_and_keeps_infinities(size: int) -> None:
+    x = np.resize(np.array([np.nan, -np.inf, np.inf, -3.0, 3.0], dtype=np.float32), size)
+    got = floor_at(np, x, 0)
+    assert np.isnan(got[0]) and got[1] == 0 and got[2] == np.inf and got[3] == 0 and got[4] == 3
+
+
+def test_floor_at_on_strided_views() -> None:
+    """A channels-last result seen as NCHW, and a cropped view: written in place, rest untouched."""
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((1, 28, 30, 64)).astype(np.float32)
+    view = base.transpose(0, 3, 1, 2)[:, :, :, :28]
+    want = base.copy()
+    want[:, :, :28, :] = np.maximum(want[:, :, :28, :], 0)
+    floor_at(np, view, 0, out=view)
+    np.testing.assert_array_equal(base, want)
