@@ -1,5 +1,6 @@
 """Direct calls into the BLAS numpy ships with (its bundled OpenBLAS), for what numpy's API
-cannot ask for: a GEMM that adds into its output, C += A @ B (BLAS's beta = 1).
+cannot ask for: a GEMM that adds into its output, C += A @ B (BLAS's beta = 1), and a blocked
+matrix transpose (OpenBLAS's ?omatcopy extension).
 
 A residual convolution, relu(W @ X + Z), then needs no separate pass over Z: the GEMM
 accumulates into Z's buffer while each tile of it is in cache (ResNet-50's 64->256 layer on its
@@ -28,7 +29,7 @@ _NAMES = (
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 _lib: ctypes.CDLL | None | bool = False
-_gemm: dict[str, Any] = {}
+_routines: dict[str, Any] = {}
 
 
 def openblas_library() -> ctypes.CDLL | None:
@@ -50,20 +51,24 @@ def openblas_library() -> ctypes.CDLL | None:
 
 
 def _routine(name: str) -> Any:
-    """cblas_sgemm / cblas_dgemm with argument types set, or None."""
-    if name not in _gemm:
+    """cblas_sgemm / cblas_dgemm / cblas_somatcopy / cblas_domatcopy with argument types set,
+    or None."""
+    if name not in _routines:
         lib, fn = openblas_library(), None
         if lib is not None:
             for pattern, int_t in _NAMES:
                 fn = getattr(lib, pattern.format(name), None)
                 if fn is not None:
-                    real = ctypes.c_float if name == "sgemm" else ctypes.c_double
+                    real = ctypes.c_float if name[0] == "s" else ctypes.c_double
                     p = ctypes.c_void_p
-                    fn.argtypes = [ctypes.c_int] * 3 + [int_t] * 3 + [real, p, int_t, p, int_t, real, p, int_t]
+                    if name.endswith("gemm"):
+                        fn.argtypes = [ctypes.c_int] * 3 + [int_t] * 3 + [real, p, int_t, p, int_t, real, p, int_t]
+                    else:  # order, trans, rows, cols, alpha, a, lda, b, ldb
+                        fn.argtypes = [ctypes.c_int] * 2 + [int_t] * 2 + [real, p, int_t, p, int_t]
                     fn.restype = None
                     break
-        _gemm[name] = fn
-    return _gemm[name]
+        _routines[name] = fn
+    return _routines[name]
 
 
 def _operand(a: np.ndarray) -> tuple[int, int] | None:
@@ -97,4 +102,32 @@ def gemm_accumulate(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> bool:
         return False
     fn(_ROW_MAJOR, ta[0], tb[0], m, n, k, 1.0, a.ctypes.data, ta[1], b.ctypes.data, tb[1], 1.0, c.ctypes.data,
        c.strides[0] // item)  # fmt: skip
+    return True
+
+
+def transpose_into(src: np.ndarray, dst: np.ndarray) -> bool:
+    """``dst[...] = src.T`` in one OpenBLAS ?omatcopy call, for 2-D float32/float64 host arrays
+    of one dtype whose rows are contiguous (any row stride); False (and ``dst`` untouched) where
+    it cannot. About 3-4x faster than numpy's strided copy, which walks one side element by
+    element (136 x 784 float32: 44-65 us against 15; a plain copy takes 10)."""
+    dt = src.dtype
+    if dst.dtype != dt or dt not in (np.float32, np.float64) or src.ndim != 2 or dst.ndim != 2:
+        return False
+    rows, cols = src.shape
+    item = dt.itemsize
+    if dst.shape != (cols, rows) or min(rows, cols) == 0 or not dst.flags.writeable:
+        return False
+    # A single row's stride is never used: it may be anything (0 for a broadcast).
+    lda = cols if rows == 1 else src.strides[0] // item
+    ldb = rows if cols == 1 else dst.strides[0] // item
+    if (src.strides[1] != item and cols > 1) or (dst.strides[1] != item and rows > 1):
+        return False
+    if (rows > 1 and src.strides[0] % item) or (cols > 1 and dst.strides[0] % item):
+        return False
+    if lda < cols or ldb < rows or np.may_share_memory(src, dst):
+        return False
+    fn = _routine("somatcopy" if dt == np.float32 else "domatcopy")
+    if fn is None:
+        return False
+    fn(_ROW_MAJOR, _TRANS, rows, cols, 1.0, src.ctypes.data, lda, dst.ctypes.data, ldb)
     return True

@@ -30,18 +30,6 @@ from ._spatial import strided_view
 _BLOCK_VALUES = 32768
 
 
-def is_channels_last(x: Any) -> bool:
-    """True for a 4-D numpy array whose channel axis is the contiguous one (C > 1)."""
-    return (
-        isinstance(x, np.ndarray)
-        and x.ndim == 4
-        and x.shape[1] > 1
-        and x.strides[1] == x.itemsize
-        and x.strides[3] == x.shape[1] * x.itemsize
-        and x.strides[2] == x.shape[3] * x.strides[3]
-    )
-
-
 def tiled_rows(v: np.ndarray, rows: int, cols: int, width: int, dtype: np.dtype) -> np.ndarray:
     """``v`` as (rows, cols) transposed to (cols, rows), each row tiled ``width`` times:
     (cols, width * rows). Cached for a read-only (constant) ``v``. With width 1 it is a

@@ -15,8 +15,9 @@ import numpy as np
 
 from ._clamp import floor_at, np_clip
 from ._compat import check_alloc, host_ints
-from ._depthwise import is_channels_last, pointwise_depthwise_channels_last
+from ._depthwise import pointwise_depthwise_channels_last
 from ._derived import derived
+from ._layout import is_channels_last
 from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
 from .nn import _broadcasts_into, gemm

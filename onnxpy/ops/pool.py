@@ -15,7 +15,7 @@ import numpy as np
 
 from ._clamp import floor_at
 from ._compat import check_alloc, host_ints
-from ._depthwise import is_channels_last
+from ._layout import is_channels_last
 from ._spatial import geometry, pad_input, window_slices
 from .registry import memoized, op
 

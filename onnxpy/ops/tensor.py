@@ -11,7 +11,7 @@ import numpy as np
 
 from ..model import dtypes
 from ._compat import check_alloc, host_ints, host_scalar, normalize_axes, normalize_axis
-from ._depthwise import is_channels_last
+from ._layout import is_channels_last
 from .registry import op
 
 # -- views ---------------------------------------------------------------------------------------

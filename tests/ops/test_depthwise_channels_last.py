@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import onnxpy
-from onnxpy.ops import _depthwise, _derived
+from onnxpy.ops import _depthwise, _derived, _layout
 from onnxpy.ops.conv import conv_nd
 from onnxpy.ops.fused import fused_conv
 from tests.ops.test_conv import reference_conv
@@ -43,7 +43,7 @@ def test_matches_the_direct_definition(
     got = conv_nd(np, x, w, b, group=c, strides=strides, pads=pads)
     want = reference_conv(x, w, b, strides, pads, [1, 1], c)
     assert got.shape == want.shape and got.dtype == dtype
-    assert _depthwise.is_channels_last(got)
+    assert _layout.is_channels_last(got)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -81,7 +81,7 @@ def test_channels_last_input_gives_the_same_result() -> None:
     x = rng.standard_normal((2, 16, 10, 10)).astype(np.float32)
     w = rng.standard_normal((16, 1, 3, 3)).astype(np.float32)
     x_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-    assert _depthwise.is_channels_last(x_last) and not _depthwise.is_channels_last(x)
+    assert _layout.is_channels_last(x_last) and not _layout.is_channels_last(x)
     np.testing.assert_array_equal(
         conv_nd(np, x_last, w, group=16, pads=[1, 1, 1, 1]), conv_nd(np, x, w, group=16, pads=[1, 1, 1, 1])
     )
@@ -121,7 +121,7 @@ def test_1x1_on_a_channels_last_input_stays_channels_last(with_bias: bool, outpu
     w = rng.standard_normal((outputs, 5, 1, 1)).astype(np.float32)
     b = rng.standard_normal(outputs).astype(np.float32) if with_bias else None
     got = conv_nd(np, x, w, b)
-    assert _depthwise.is_channels_last(got)
+    assert _layout.is_channels_last(got)
     np.testing.assert_allclose(got, reference_conv(x, w, b, [1, 1], [0, 0, 0, 0], [1, 1], 1), rtol=1e-5, atol=1e-5)
 
 

@@ -410,7 +410,7 @@ def test_channels_last_input_is_pooled_channels_last(
 ) -> None:
     """A channels-last input (ShuffleNet's pools read a channels-last 1x1 result) is reduced in
     its own memory order, spatial axes first, and the result stays channels-last."""
-    from onnxpy.ops import _depthwise
+    from onnxpy.ops import _layout
     from onnxpy.ops import pool as P
 
     x = np.random.default_rng(9).standard_normal((2, 6, *spatial)).astype(np.float32)
@@ -419,7 +419,7 @@ def test_channels_last_input_is_pooled_channels_last(
     got = P._separable_clipped(np, x, k, s, d, pads[:2], out, np.maximum if mode == "max" else np.add)
     if got is None:
         return  # pads past the kernel's reach: the padded path
-    assert _depthwise.is_channels_last(got) or got.shape[2] * got.shape[3] == 1
+    assert _layout.is_channels_last(got) or got.shape[2] * got.shape[3] == 1
     np.testing.assert_allclose(got, _brute_pool(x, k, s, d, pads, out, mode), rtol=1e-5, atol=1e-5)
 
 

@@ -217,7 +217,7 @@ def test_concat_with_empty_input() -> None:
 def test_concat_of_channels_last_inputs(layouts: tuple[str, ...]) -> None:
     """Channels-last inputs holding at least half the channels are joined in channels-last
     memory (the result stays channels-last); otherwise the plain NCHW join. Values either way."""
-    from onnxpy.ops._depthwise import is_channels_last
+    from onnxpy.ops._layout import is_channels_last
     from onnxpy.ops.tensor import concat
 
     rng = np.random.default_rng(11)
