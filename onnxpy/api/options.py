@@ -10,10 +10,13 @@ What each option does in onnxpy:
 - add_free_dimension_override_by_name: fixes named input dimensions before inference.
 - add_initializer: replaces an initializer of the model by the given OrtValue.
 - add_session_config_entry: string settings; onnxpy reads the keys listed in CONFIG_KEYS.
+- enable_cpu_mem_arena (default True): freed host memory is kept for the next run, by fixing
+  glibc's malloc thresholds once per process (onnxpy.runtime.memory); False leaves malloc as
+  it is, unless another session of the process already set them.
 
 Accepted for compatibility, no effect in onnxpy (documented, not silently dropped):
 inter_op_num_threads and execution_mode (nodes always run in order on one thread),
-execution_order, enable_cpu_mem_arena, enable_mem_pattern and enable_mem_reuse (the planner
+execution_order, enable_mem_pattern and enable_mem_reuse (the planner
 always releases values after their last use), use_deterministic_compute (kernels are
 deterministic), log_verbosity_level, logid.
 """

@@ -26,7 +26,7 @@ from ..runtime.compile import apply_free_dimension_overrides, build_graph
 from ..runtime.compiled import CompiledGraph
 from ..runtime.executor import execute
 from ..runtime.facts import SessionFacts
-from ..runtime.memory import release_free_memory
+from ..runtime.memory import keep_freed_memory, release_free_memory
 from .errors import Fail, InvalidArgument, InvalidGraph, OnnxpyError
 from .options import RunOptions, SessionOptions
 from .ortvalue import OrtValue, as_host_array
@@ -132,6 +132,8 @@ class InferenceSession:
             raise InvalidArgument(f"sess_options must be an onnxpy.SessionOptions, got {type(sess_options).__name__}")
         self._sess_options = sess_options if sess_options is not None else SessionOptions()
         opts = self._sess_options
+        if opts.enable_cpu_mem_arena:
+            keep_freed_memory()
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         self._lock = threading.Lock()
         self._plans: dict[tuple[str, ...], Any] = {}
