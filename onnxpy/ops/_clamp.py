@@ -1,4 +1,4 @@
-"""max(x, scalar) on numpy through the clip ufunc.
+"""max(x, scalar) and min(max(x, lo), hi) on numpy through the clip ufunc.
 
 numpy's ``maximum`` against a scalar runs a slow loop: for float32 about 0.45 ns a value where
 its ``clip`` ufunc with scalar bounds runs vectorized at about 0.15 (numpy 2.4; 106,624 float32
@@ -28,3 +28,18 @@ def floor_at(xp: Any, x: Any, floor: float, out: Any = None) -> Any:
         if top is not None:
             return np_clip(x, floor, top, out=out)
     return xp.maximum(x, floor, out=out)
+
+
+def clamp(xp: Any, x: Any, lo: Any, hi: Any) -> Any:
+    """min(max(x, lo), hi) in a fresh array (x itself without bounds) for scalars ``lo`` and ``hi``, either
+    None for no bound (so hi wins where lo > hi, as ONNX's Clip says). One clip pass on numpy
+    floats instead of two slow scalar passes (106,624 float32 values: 14 against 90 us)."""
+    if xp is np and x.size >= _SMALL and (lo is not None or hi is not None):
+        top = _CLIPPED.get(x.dtype)
+        if top is not None:
+            return np_clip(x, -top if lo is None else lo, top if hi is None else hi)
+    if lo is not None:
+        x = xp.maximum(x, lo)
+    if hi is not None:
+        x = xp.minimum(x, hi)
+    return x

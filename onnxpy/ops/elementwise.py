@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import _erf
-from ._clamp import floor_at
+from ._clamp import clamp, floor_at
 from .registry import op
 
 
@@ -180,7 +180,12 @@ def tanh(xp: Any, x: Any) -> Any:
 
 @op("LeakyRelu", 6)
 def leaky_relu(xp: Any, x: Any, *, alpha: float = 0.01) -> Any:
-    return xp.where(x >= 0, x, x * x.dtype.type(alpha))
+    a = x.dtype.type(alpha)
+    if xp is np and 0 <= alpha <= 1 and x.dtype.kind == "f":
+        # max(x, a x) is x for x >= 0 and a x below: two fast passes where where() takes one
+        # slow one (numpy's where: about 3.5 ns a value, against 0.1-0.2 for each of these).
+        return np.maximum(x, x * a)
+    return xp.where(x >= 0, x, x * a)
 
 
 @op("Elu", 6)
@@ -467,7 +472,5 @@ def clip(xp: Any, x: Any, min: Any = None, max: Any = None) -> Any:  # noqa: A00
     hi = None if max is None else max.reshape(()).astype(x.dtype, copy=False)
     if lo is None and hi is None:
         return xp.array(x, copy=True)
-    if lo is not None and hi is not None:
-        # ONNX: values are first raised to min, then lowered to max (max wins if min > max).
-        return xp.minimum(xp.maximum(x, lo), hi)
-    return xp.maximum(x, lo) if lo is not None else xp.minimum(x, hi)
+    # ONNX: values are first raised to min, then lowered to max (max wins if min > max).
+    return clamp(xp, x, lo, hi)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ._clamp import floor_at, np_clip
+from ._clamp import clamp, floor_at, np_clip
 from ._compat import check_alloc, host_ints
 from ._depthwise import pointwise_depthwise_channels_last
 from ._derived import derived
@@ -43,7 +43,7 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
         return floor_at(xp, y, 0, out=y)
     t = y.dtype.type
     if activation == "LeakyRelu":
-        neg = xp.minimum(y, t(0))
+        neg = clamp(xp, y, None, t(0))
         neg *= t(1 - params[0])
         y -= neg
         return y

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxpy.ops._clamp import _SMALL, floor_at
+from onnxpy.ops._clamp import _SMALL, clamp, floor_at
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.int8])
@@ -42,3 +42,23 @@ def test_floor_at_on_strided_views() -> None:
     want[:, :, :28, :] = np.maximum(want[:, :, :28, :], 0)
     floor_at(np, view, 0, out=view)
     np.testing.assert_array_equal(base, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize("size", [7, 2 * _SMALL])
+@pytest.mark.parametrize("bounds", [(-0.5, 0.75), (1.0, -1.0), (None, 0.25), (-0.25, None), (None, None)])
+def test_clamp_matches_raising_to_lo_then_lowering_to_hi(dtype: type, size: int, bounds: tuple) -> None:
+    """ONNX's Clip order: hi wins where lo > hi; a missing bound is no bound; NaN stays NaN."""
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * 3).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        x[::97] = np.nan
+    lo, hi = (None if v is None else np.asarray(v * (4 if dtype == np.int32 else 1)).astype(dtype) for v in bounds)
+    want = x.copy()
+    if lo is not None:
+        want = np.maximum(want, lo)
+    if hi is not None:
+        want = np.minimum(want, hi)
+    got = clamp(np, x, lo, hi)
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(got, want)
