@@ -233,13 +233,20 @@ def _conv_shuffled(
     if xp is np and pointwise and group == g and n * o:
         # The grouped GEMM's result blocks are exactly the shuffle's source groups: BLAS writes
         # each group's rows with a row stride of g rows, and no copy is made. (numpy only:
-        # CuPy's matmul is not known to write into strided outputs in place.)
+        # CuPy's matmul is not known to write into strided outputs in place.) A channels-last
+        # input is copied to NCHW first: BLAS reading it transposed was slower than the copy
+        # and a plain GEMM (136x28x28, 4 groups: 131 against 103 us).
+        if is_channels_last(x):
+            x = nchw_copy(x)
         xs = x.reshape(n, group, c // group, o)
         xp.matmul(w.reshape(group, m // group, c // group), xs, out=pre)
     else:
         pre[...] = _conv_dispatch(xp, x, w, None, geo).reshape(n, g, m // g, o)
     if b is not None:
-        pre += b.reshape(1, g, m // g, 1)
+        # The bias in shuffled order, added over the result in memory order: a contiguous pass
+        # instead of one through the strided view (136x28x28: 18 against 41 us).
+        shuffled = derived((b,), ("shuffled-bias", g), lambda: xp.ascontiguousarray(b.reshape(g, m // g).T))
+        res.reshape(n, m, o)[...] += shuffled.reshape(1, m, 1)
     if epilogue is not None:
         epilogue(res)
     return res

@@ -79,3 +79,24 @@ def test_convolutions_of_channels_last_inputs_match_nchw_ones(group: int, kernel
     want = conv_nd(np, x, w, b, group=group, pads=pads)
     got = conv_nd(np, x_last, w, b, group=group, pads=pads)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_shuffled_convolution_equals_the_convolution_then_the_shuffle(bias: bool, layout: str, kernel: int) -> None:
+    """shuffle_groups g: output channel a * M/g + j lands at j * g + a, bias included."""
+    from onnxpy.ops.conv import conv_nd
+
+    rng = np.random.default_rng(12)
+    g = 4
+    x = rng.standard_normal((1, 8, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((12, 2, kernel, kernel)).astype(np.float32)
+    b = rng.standard_normal(12).astype(np.float32) if bias else None
+    pads = [kernel // 2] * 4
+    plain = conv_nd(np, x, w, b, group=4, pads=pads)
+    want = plain.reshape(1, g, 3, 5, 6).transpose(0, 2, 1, 3, 4).reshape(1, 12, 5, 6)
+    if layout == "channels-last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    got = conv_nd(np, x, w, b, group=4, pads=pads, shuffle_groups=g)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
