@@ -9,9 +9,12 @@ pages in again on every run: on this VM about 1.8 us per 4 KiB page, more than m
 spend computing on it (ShuffleNet's stem, a 1.4 MB im2col and its 1.2 MB result: 280 us with
 reused memory, 1.2 ms with fresh pages). onnxpy instead fixes glibc's mmap threshold at 32 MiB
 and its trim threshold at 256 MiB, once per process, so blocks below 32 MiB come from the heap
-and freed ones stay there for reuse: ShuffleNet 11.0 -> 8.6-9.2 ms a run, DenseNet-121 and the
-other models unchanged (alternating fresh processes). Fixing either value alone turns the
-moving threshold off and leaves 128 KiB: every larger block then faults (DenseNet 50 -> 120 ms).
+and freed ones stay there for reuse. ShuffleNet alone in a fresh process faulted 1,252 pages a
+run, 0 with the arena: 14.0 -> 8.8 ms. The other benchmark models fault nothing either way, and
+in a process that ran larger models first glibc's moving threshold had already grown, so
+ShuffleNet ran fast there too: the "process history" effect seen on earlier nights. Fixing
+either value alone turns the moving threshold off and leaves 128 KiB: every larger block then
+faults (DenseNet 50 -> 120 ms).
 
 Giving back: loading a model briefly holds several copies of its weights (file bytes, protobuf,
 arrays, folded weights); ``release_free_memory`` trims the heap after creation, whatever the
