@@ -46,6 +46,7 @@ def conv_nd(
     shuffle_groups: int = 0,
     into: Any = None,
     accumulate: bool = False,
+    channels_last: bool = False,
 ) -> Any:
     """N-D convolution in the compute dtype (see ``compute_dtype``); the caller casts back.
 
@@ -63,7 +64,11 @@ def conv_nd(
     ``accumulate``: ``into`` already holds an addend (a residual) and receives addend +
     convolution, added in the GEMM itself (see ``_accumulate``). Returns None, ``into``
     untouched, where that path does not apply or ``into`` does not have the result's shape and
-    dtype: the caller then adds the plain result, as a GEMM-less path would cost the same."""
+    dtype: the caller then adds the plain result, as a GEMM-less path would cost the same.
+
+    ``channels_last``: return the result as an NCHW-shaped view of channels-last memory where
+    the im2col path runs for one image (its GEMM then computes Y^T); for a depthwise reader
+    (``optimizer/passes/channels_last_output.py``). Elsewhere ignored: values never change."""
     # Everything up to the kernel path depends on shapes and attributes only: checked and
     # computed once per node and input shapes (about 8 us of a 1x1 convolution's 17).
     key = (
@@ -118,7 +123,7 @@ def conv_nd(
         and any(kk > 1 for kk in k)
     ):
         return _delivered(depthwise_channels_last(x, w, bias, begin, out, strides, epilogue), into)
-    y = _delivered(_conv_dispatch(xp, x, w, bias, geo, into), into)
+    y = _delivered(_conv_dispatch(xp, x, w, bias, geo, into, channels_last and into is None and xp is np), into)
     if epilogue is not None:
         epilogue(y)
     return y
@@ -252,7 +257,9 @@ def _conv_shuffled(
     return res
 
 
-def _conv_dispatch(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any = None) -> Any:
+def _conv_dispatch(
+    xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any = None, channels_last: bool = False
+) -> Any:
     """The convolution paths other than channels-last depthwise, in ``x``'s (compute) dtype;
     those that can write their result into ``into`` (see conv_nd) do."""
     begin, end, out, k, strides, dilations, group = geo
@@ -332,7 +339,7 @@ def _conv_dispatch(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any = 
         elif b is not None and group == 1:
             # The bias rides in the GEMM: a row of ones under the columns (built anyway), the
             # bias as a column of W; no pass over the output to add it.
-            return _im2col_gemm(xp, xp_, w, k, strides, dilations, out, group, b, into)
+            return _im2col_gemm(xp, xp_, w, k, strides, dilations, out, group, b, into, channels_last)
         else:
             y = _im2col_gemm(xp, xp_, w, k, strides, dilations, out, group, into=into)
     if b is not None:
@@ -694,10 +701,12 @@ def _im2col_gemm(
     group: int,
     bias: Any = None,
     into: Any = None,
+    channels_last: bool = False,
 ) -> Any:
     """Convolution as one GEMM per group over im2col columns; with ``bias`` (group 1 only) the
     columns get a row of ones and W the bias as a last column. For one image the GEMM writes
-    ``into`` directly when given."""
+    ``into`` directly when given; with ``channels_last`` (group 1, bias, one image, no
+    ``into``) it computes Y^T = cols^T [W | b]^T, the result channels-last."""
     n, c = xpad.shape[:2]
     nd = len(k)
     m = w.shape[0]
@@ -717,6 +726,9 @@ def _im2col_gemm(
         cols = xp.empty((cg * kk + 1, n * o), dtype=xpad.dtype)
         cols[:-1].reshape(view.transpose(perm).shape)[...] = view.transpose(perm)
         cols[-1] = 1
+        if channels_last and n == 1 and into is None:
+            yt = xp.matmul(cols.T, _bias_augmented(xp, w, bias, xpad.dtype).T)  # (O, M)
+            return yt.reshape(1, *out, m).transpose(0, nd + 1, *range(1, nd + 1))
         if into is not None and n == 1:
             xp.matmul(_bias_augmented(xp, w, bias, xpad.dtype), cols, out=into.reshape(m, o))
             return into

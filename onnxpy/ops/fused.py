@@ -87,6 +87,7 @@ def fused_conv(
     activation: str = "",
     activation_params: list[float] | None = None,
     shuffle_groups: int = 0,
+    channels_last: int = 0,
     ctx: Any = None,
     out: Any = None,
 ) -> Any:
@@ -122,6 +123,7 @@ def fused_conv(
         ctx=ctx,
         epilogue=epilogue,
         shuffle_groups=shuffle_groups,
+        channels_last=bool(channels_last),
     )
     if epilogue is not None:
         return y

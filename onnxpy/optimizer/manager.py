@@ -11,6 +11,7 @@ from collections.abc import Callable
 from ..ir.graph import Graph, topological_sort
 from .passes import (
     chain_concat,
+    channels_last_output,
     constant_folding,
     eliminate,
     fold_batchnorm,
@@ -50,7 +51,12 @@ EXTENDED: list[Pass] = [
 ]
 LAYOUT: list[Pass] = []
 # Run once at the end (extended level, host sessions): they wrap what the others left.
-FINAL_HOST: list[Pass] = [merge_sibling_pointwise.run, shape_of_views.run, memoize_shapes.run]
+FINAL_HOST: list[Pass] = [
+    merge_sibling_pointwise.run,
+    shape_of_views.run,
+    memoize_shapes.run,
+    channels_last_output.run,
+]
 
 MAX_ROUNDS = 16
 
