@@ -62,3 +62,23 @@ def test_clamp_matches_raising_to_lo_then_lowering_to_hi(dtype: type, size: int,
     got = clamp(np, x, lo, hi)
     assert got.dtype == x.dtype
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("layout", ["nchw", "channels-last", "2-D"])
+def test_channel_max_raises_each_channel_to_its_floor(dtype: type, layout: str) -> None:
+    """ChannelMax (ops/fused.py) broadcasts the floor into its result first; same values as
+    numpy's broadcast maximum, NaN kept, in any memory layout."""
+    from onnxpy.ops.fused import channel_max
+
+    rng = np.random.default_rng(13)
+    shape = (2, 5) if layout == "2-D" else (2, 5, 4, 3)
+    x = rng.standard_normal(shape).astype(dtype)
+    x.flat[::7] = np.nan
+    if layout == "channels-last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    floor = rng.standard_normal(5).astype(dtype)
+    want = np.maximum(x, floor.reshape((1, 5) + (1,) * (x.ndim - 2)))
+    got = channel_max(np, x, floor)
+    assert got.dtype == x.dtype and got.shape == x.shape
+    np.testing.assert_array_equal(got, want)
