@@ -20,6 +20,7 @@ from ._derived import derived
 from ._layout import is_channels_last
 from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
+from .elementwise import logistic
 from .nn import _broadcasts_into, gemm
 from .pool import _max_pool
 from .registry import memoized, op
@@ -52,9 +53,7 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
     if activation == "Tanh":
         return xp.tanh(y, out=y)
     if activation == "Sigmoid":
-        # exp of -|y| never overflows; sigmoid(y) = 1/(1+e) for y >= 0, e/(1+e) otherwise.
-        e = xp.exp(-xp.abs(y))
-        return xp.where(y >= 0, 1 / (1 + e), e / (1 + e)).astype(y.dtype, copy=False)
+        return logistic(xp, y, out=y)
     if activation == "HardSigmoid":
         y *= t(params[0])
         y += t(params[1])

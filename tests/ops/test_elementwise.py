@@ -246,3 +246,36 @@ def test_out_buffers_are_written_and_returned() -> None:
     c = a.copy()
     assert elementwise.relu(np, c, out=c) is c
     np.testing.assert_array_equal(c, np.maximum(a, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_sigmoid_is_accurate_on_both_sides_without_warnings(dtype: type) -> None:
+    """Sigmoid as 1 / (1 + exp(-x)) (ops/elementwise.logistic): relative error near rounding
+    wherever the result is a normal number, 0 (not NaN, no warning) where exp(-x) overflows,
+    and the fused activation gives the same values in place."""
+    import warnings
+
+    from onnxpy.ops.elementwise import logistic, sigmoid
+    from onnxpy.ops.fused import apply_activation
+
+    info = np.finfo(dtype)
+    x = np.concatenate([np.linspace(-30, 30, 6001), [-1e4, -800.0, -100.0, 0.0, 100.0, 1e4, np.nan]]).astype(dtype)
+    x64 = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        want = 1 / (1 + np.exp(-x64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = sigmoid(np, x)
+        inplace = apply_activation(np, x.copy(), "Sigmoid", [])
+    assert got.dtype == x.dtype and inplace.dtype == x.dtype
+    np.testing.assert_array_equal(inplace, got)
+    assert np.isnan(got[-1]) and not np.isnan(got[:-1]).any()
+    normal = want[:-1] >= info.tiny
+    rel = np.abs(got[:-1][normal].astype(np.float64) - want[:-1][normal]) / want[:-1][normal]
+    assert rel.max() <= 8 * info.eps, rel.max()
+    assert (np.abs(got[:-1][~normal].astype(np.float64)) <= info.tiny).all()  # tiny or 0
+    if dtype != np.float16:  # sigmoid(-30) = 9.4e-14 is below float16's range
+        assert x[0] < 0 and 0 < got[0] < 1e-12  # the negative side keeps its relative accuracy
+    out = np.empty_like(x)
+    assert logistic(np, x, out=out) is out
+    np.testing.assert_array_equal(out, got)
