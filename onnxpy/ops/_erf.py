@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ._clamp import np_clip
+
 _K = 3.0
 
 
@@ -52,13 +54,12 @@ _Q32 = (1.0, 0.4970368444919586, 0.11385925859212875, 0.015468002296984196, 0.00
 
 
 def _erf32(xp: Any, x: Any, scale: float = 1.0) -> Any:
-    """erf(scale * x) in float32, in a fresh array. In-place passes only: min/max instead of
-    clip (much cheaper in numpy), and NaN needs no special case since every step propagates it."""
+    """erf(scale * x) in float32, in a fresh array. In-place passes only, and NaN needs no
+    special case since every step propagates it."""
     v = x.astype(np.float32) if scale == 1.0 else x.astype(np.float32) * np.float32(scale)
     if v is x:
         v = v.copy()
-    xp.minimum(v, 4.0, out=v)
-    xp.maximum(v, -4.0, out=v)
+    _bound(xp, v, 4.0)
     u = v * v
     num = u * _P32[-1]
     num += _P32[-2]
@@ -72,9 +73,18 @@ def _erf32(xp: Any, x: Any, scale: float = 1.0) -> Any:
         den += c
     num *= v
     num /= den
-    xp.minimum(num, 1.0, out=num)
-    xp.maximum(num, -1.0, out=num)
+    _bound(xp, num, 1.0)
     return num
+
+
+def _bound(xp: Any, v: Any, limit: float) -> None:
+    """v clipped to [-limit, limit] in place: one clip-ufunc pass on numpy (its minimum and
+    maximum against a scalar run a slow loop, see _clamp.py), NaN kept."""
+    if xp is np:
+        np_clip(v, np.float32(-limit), np.float32(limit), out=v)
+    else:
+        xp.minimum(v, limit, out=v)
+        xp.maximum(v, -limit, out=v)
 
 
 # GELU in float32: x * Phi(x) = x / (1 + exp(-2 g(x))), where Phi(x) = (1 + tanh(g(x))) / 2 defines
