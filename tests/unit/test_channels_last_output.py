@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-import onnxpy
 from onnxpy.ops import conv as conv_module
 from onnxpy.ops._layout import is_channels_last
 from onnxpy.optimizer.manager import optimize
 from onnxpy.runtime.compile import build_graph
-from tests.helpers import make_model, vinfo
+from tests.helpers import check_optimized, make_model, vinfo
 
 F = TensorProto.FLOAT
 
@@ -62,15 +60,7 @@ def _marked(model: onnx.ModelProto) -> list[str]:
 
 def _check(model: onnx.ModelProto) -> None:
     x = np.random.default_rng(6).standard_normal((1, 3, 16, 14)).astype(np.float32)
-    data = model.SerializeToString()
-    plain_opts = onnxpy.SessionOptions()
-    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
-    got = onnxpy.InferenceSession(data).run(None, {"x": x})
-    plain = onnxpy.InferenceSession(data, plain_opts).run(None, {"x": x})
-    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    for g, p, w in zip(got, plain, want):
-        np.testing.assert_allclose(g, p, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    check_optimized(model, {"x": x}, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("reader", ["depthwise", "two depthwise"])
