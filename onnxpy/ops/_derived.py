@@ -21,10 +21,19 @@ _CACHE: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
 
 def derived(sources: tuple[Any, ...], tag: tuple[Any, ...], build: Callable[[], T]) -> T:
     """``build()``, cached per (sources, tag) while every source is alive and read-only."""
-    key = (*(id(s) for s in sources), *tag)
-    hit = _CACHE.get(key)
-    if hit is not None and all(ref() is s for ref, s in zip(hit[0], sources)):
-        return hit[1]  # type: ignore[no-any-return]
+    if len(sources) == 1:
+        # The usual case, without generators: a hit costs 0.27 us instead of 0.84, and
+        # MobileNet-v2 makes ~90 lookups a run.
+        only = sources[0]
+        key: tuple[Any, ...] = (id(only), *tag)
+        hit = _CACHE.get(key)
+        if hit is not None and hit[0][0]() is only:
+            return hit[1]  # type: ignore[no-any-return]
+    else:
+        key = (*(id(s) for s in sources), *tag)
+        hit = _CACHE.get(key)
+        if hit is not None and all(ref() is s for ref, s in zip(hit[0], sources)):
+            return hit[1]  # type: ignore[no-any-return]
     value = build()
     if any(getattr(s.flags, "writeable", True) for s in sources):
         return value
