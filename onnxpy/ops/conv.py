@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import _winograd_cl as winograd_cl
 from ._blas import gemm_accumulate
 from ._compat import check_alloc
 from ._depthwise import depthwise_channels_last, tiled_rows
@@ -271,6 +272,14 @@ def _conv_dispatch(
     ext = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
     o = math.prod(out)
     pointwise = all(kk == 1 for kk in k) and not any(begin) and not any(end) and all(s == 1 for s in strides)
+    tile = _winograd_tile(k, strides, dilations, c, m, out) if nd == 2 and group == 1 and n * o else 0
+    if tile and _tap_sum_pays(strides, c, m):
+        tile = 0
+    if tile and xp is np and winograd_cl.pays(out, tile):
+        # Channels-last Winograd reads any input layout (a channels-last one without a transpose).
+        u_cl = winograd_cl.transformed_weights_cl(lambda: _transform_weights(xp, w, tile), w, tile)
+        kin, _, kout = _WINO[tile]
+        return winograd_cl.winograd_channels_last(x, u_cl, (kin, kout), tile, begin, out, b, into)
     if xp is np and is_channels_last(x) and not (pointwise and group == 1):
         # A channels-last input (a depthwise result) that this path reads as NCHW: one blocked
         # transpose, not numpy's element-by-element copy inside a reshape or the padding
@@ -323,7 +332,7 @@ def _conv_dispatch(
             y = xp.matmul(w.reshape(group, mg, cg), xs).reshape(n, m, *out)
     elif nd == 2 and group == 1 and _tap_sum_pays(strides, c, m):
         return _conv2d_tap_sum(xp, x, w, begin, end, out, dilations, b, into)
-    elif nd == 2 and group == 1 and (tile := _winograd_tile(k, strides, dilations, c, m, out)):
+    elif tile:
         return _winograd(xp, x, w, begin, out, tile, b, into)
     elif nd == 2 and all(s == 1 for s in strides) and group > 1 and (cg > 1 or mg == 1):
         # Grouped stride 1: each im2col row is one contiguous run of the padded input ("padded

@@ -187,6 +187,9 @@ def test_winograd_in_bands_of_tile_rows(monkeypatch: pytest.MonkeyPatch, xs: tup
         bands.append(args[5].shape[2])
         band(*args)
 
+    from onnxpy.ops import _winograd_cl
+
+    monkeypatch.setattr(_winograd_cl, "_MIN_TILES", 10**9)  # the NCHW path (test_winograd_cl.py: the other)
     monkeypatch.setattr(conv_mod, "_WINOGRAD_BAND_BYTES", 40_000)
     monkeypatch.setattr(conv_mod, "_winograd_band", counted)
     got = conv_mod.conv_nd(np, x, w, b, pads=pads)
@@ -475,12 +478,19 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         return wrapped
 
     rng = np.random.default_rng(3)
+    cl_original = conv_mod.winograd_cl.winograd_channels_last
+    originals["winograd_channels_last"] = cl_original
     try:
         for name in originals:
-            setattr(conv_mod, name, spy(name))
+            if name == "winograd_channels_last":
+                conv_mod.winograd_cl.winograd_channels_last = spy(name)
+            else:
+                setattr(conv_mod, name, spy(name))
         x = rng.standard_normal((1, 64, 6, 6)).astype(np.float32)
         big = rng.standard_normal((1, 128, 28, 28)).astype(np.float32)
         conv_mod.conv_nd(np, big, rng.standard_normal((128, 128, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
+        deep = rng.standard_normal((1, 512, 7, 7)).astype(np.float32)  # 16 tiles: the NCHW Winograd
+        conv_mod.conv_nd(np, deep, rng.standard_normal((512, 512, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # 8 <= 64/4
         conv_mod.conv_nd(np, x, rng.standard_normal((24, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # narrow
         wide = rng.standard_normal((1, 64, 6, 12)).astype(np.float32)
@@ -494,9 +504,12 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         conv_mod.conv_nd(np, x, dw, group=64, dilations=[2, 2], strides=[2, 2])  # dilated: NCHW paths
         conv_mod.conv_nd(np, x, dw, group=64, dilations=[2, 2], pads=[2, 2, 2, 2])
     finally:
+        conv_mod.winograd_cl.winograd_channels_last = cl_original
         for name, fn in originals.items():
-            setattr(conv_mod, name, fn)
+            if name != "winograd_channels_last":
+                setattr(conv_mod, name, fn)
     assert calls == [
+        "winograd_channels_last",  # 49 tiles of 4x4
         "_winograd",
         "_conv2d_tap_sum",
         "_im2col_gemm",
