@@ -549,16 +549,23 @@ def _winograd_tile(k: list[int], strides: list[int], dilations: list[int], c: in
     Chosen from measurements of every 3x3 layer shape of ResNet-50, VGG-19, Inception v1/v2,
     DenseNet-121 and SqueezeNet, against the padded-width im2col GEMM: the transforms cost in
     proportion to C and M per tile, the GEMM saving in proportion to C * M, so Winograd needs
-    many channels, and more output than input channels favours the direct GEMM. On maps of
-    48x48 and more F(4x4) wins from 64 channels, on 27x27 to 47x47 from 128: in a model the
-    weights come cold from memory, and F(4x4)'s transformed weights are 4x the raw ones
-    (Inception v2's 64- and 96-channel 28x28 layers by im2col: the model 3.8% faster). Below
+    many channels, and more output than input channels favours the direct GEMM.
+
+    Layers of 49-196 tiles run channels-last (``_winograd_cl.py``), whose transforms cost
+    less: there F(4x4) on maps of 27x27 and more, and F(2x2) on smaller ones, win from 32 input
+    channels (Inception v2's 28x28 layers of 64-96 channels 2.4% and its 14x14 ones 3.7% of the
+    model, in alternating rounds; Inception v1's neutral). Elsewhere, on the NCHW path: on maps of
+    48x48 and more F(4x4) wins from 64 channels, on 27x27 to 47x47 from 128 (in a model the
+    weights come cold from memory, and F(4x4)'s transformed weights are 4x the raw ones). Below
     that only wide layers (>= 192 input channels) gain, and F(2x2) wastes fewer positions on
     small maps than F(4x4)'s 4x4 tiles.
     """
     if k != [3, 3] or strides != [1, 1] or dilations != [1, 1] or m > 2 * c:
         return 0
-    if out[0] * out[1] >= 27 * 27:
+    large = out[0] * out[1] >= 27 * 27
+    if c >= 32 and winograd_cl.pays(out, 4 if large else 2):
+        return 4 if large else 2
+    if large:
         return 4 if c >= (64 if out[0] * out[1] >= 48 * 48 else 128) else 0
     # Below 10x10 the 2x2 tiles waste more (7x7: 16 tiles for 12.25) and the transforms weigh
     # more: measured on 7x7 maps, F(2x2) beat im2col only from 512 channels (tied at 384).

@@ -447,8 +447,15 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
     from onnxpy.ops import conv as conv_mod
 
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [56, 56]) == 4
-    # 28x28: F(4x4) from 128 channels (its transformed weights, 4x the raw ones, come cold).
-    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 96, 96, [28, 28]) == 0
+    # 28x28 (49 tiles, channels-last) from 32 channels; 112x112 (784 tiles, NCHW) from 64.
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 96, 96, [28, 28]) == 4
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 24, 48, [28, 28]) == 0
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 32, 64, [112, 112]) == 0
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [112, 112]) == 4
+    # 14x14 (49 tiles of 2x2, channels-last) from 32 channels; 10x10 (25 tiles, NCHW) from 192.
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 96, [14, 14]) == 2
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 128, [10, 10]) == 0
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 48, 192, [13, 13]) == 0  # M > 2C
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 128, [28, 28]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 32, [28, 28]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 512, 512, [7, 7]) == 2
