@@ -84,12 +84,27 @@ def gemm(
 
 
 def _softmax(xp: Any, x: Any, axis: int, log: bool) -> Any:
+    return _softmax_checked(xp, x, axis, log)[0]
+
+
+def _softmax_checked(xp: Any, x: Any, axis: int, log: bool) -> tuple[Any, bool]:
+    """Softmax, and whether the result is known to hold no NaN (True only where the fast path
+    saw finite input and every row's sum of exponentials well above zero)."""
     if x.size == 0:
-        return x.copy()
+        return x.copy(), True
     if not log and xp is np and axis == x.ndim - 1 and x.dtype in (np.float32, np.float64) and x.flags.c_contiguous:
-        y = _softmax_one_row(x) if x.size == x.shape[-1] else _softmax_rows_shared_shift(x)
-        if y is not None:
-            return y
+        if x.size == x.shape[-1]:
+            y = _softmax_one_row(x)
+            if y is not None:
+                return y, False
+        else:
+            found = _softmax_rows_shared_shift(x)
+            if found is not None:
+                return found
+    return _softmax_general(xp, x, axis, log), False
+
+
+def _softmax_general(xp: Any, x: Any, axis: int, log: bool) -> Any:
     # Elementwise steps run in x's own precision (as the spec's function body does); the sum
     # accumulates in float32 or wider so long axes do not lose half-precision bits.
     m = xp.max(x, axis=axis, keepdims=True)
@@ -124,12 +139,14 @@ def _softmax_one_row(x: np.ndarray) -> np.ndarray | None:
     return e
 
 
-def _softmax_rows_shared_shift(x: np.ndarray) -> np.ndarray | None:
+def _softmax_rows_shared_shift(x: np.ndarray) -> tuple[np.ndarray, bool] | None:
     """Softmax over the last axis of a contiguous host array, shifted by the tensor's maximum
     rather than each row's (softmax is shift-invariant): one SIMD reduction instead of a short
     one per row, flat elementwise passes and row sums as one BLAS product. Rows whose own
     maximum lies far below the shared one (masked rows) are redone with their own shift, so
-    the result is the same as the per-row form. None (use that form) for non-finite input."""
+    the result is the same as the per-row form. None (use that form) for non-finite input;
+    else the result and whether no row was redone (then no row can be NaN: the maximum is
+    finite, so x holds no NaN or +inf, and every row's sum is positive)."""
     top = x.max()
     if not np.isfinite(top):
         return None
@@ -139,7 +156,8 @@ def _softmax_rows_shared_shift(x: np.ndarray) -> np.ndarray | None:
     e2 = e.reshape(-1, cols)
     total = e2 @ _row_vector(cols, 1.0, x.dtype)
     low = total < _SAFE_ROW_SUM * cols
-    if low.any():
+    redone = bool(low.any())
+    if redone:
         rows = x.reshape(-1, cols)[low]
         shifted = rows - rows.max(axis=1, keepdims=True)
         np.exp(shifted, out=shifted)
@@ -147,7 +165,7 @@ def _softmax_rows_shared_shift(x: np.ndarray) -> np.ndarray | None:
         total[low] = shifted.sum(axis=1)
     np.divide(x.dtype.type(1), total, out=total)
     e2 *= total[:, None]
-    return e
+    return e, not redone
 
 
 def _coerced_2d(xp: Any, x: Any, axis: int, log: bool) -> Any:

@@ -44,6 +44,26 @@ def test_softmax_non_finite_inputs_follow_the_per_row_form() -> None:
     assert got[3, 4] == 1 or np.isnan(got[3, 4])
 
 
+def test_softmax_says_no_nan_only_when_it_can_prove_it() -> None:
+    # Attention skips its NaN guard's scan when Softmax proves every row finite.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 8, 16)).astype(np.float32)
+    probs, nan_free = nn._softmax_checked(np, x, 2, False)
+    assert nan_free and not np.isnan(probs).any()
+    masked = x.copy()
+    masked[1, 3, :4] = -np.inf  # partly hidden rows stay finite
+    probs, nan_free = nn._softmax_checked(np, masked, 2, False)
+    assert nan_free and not np.isnan(probs).any()
+    masked[0, 2] = -np.inf  # a fully hidden row is NaN: no proof
+    with np.errstate(invalid="ignore"):  # as sessions run kernels
+        probs, nan_free = nn._softmax_checked(np, masked, 2, False)
+    assert not nan_free and np.isnan(probs[0, 2]).all()
+    with_nan = x.copy()
+    with_nan[0, 0, 0] = np.nan
+    probs, nan_free = nn._softmax_checked(np, with_nan, 2, False)
+    assert not nan_free and np.isnan(probs[0, 0]).all()
+
+
 @pytest.mark.parametrize("shape,axis", [((2, 7, 64), -1), ((3, 4, 5, 6), 2), ((1, 1), -1), ((5, 300), 1)])
 def test_layer_norm_fast_path_matches_float64(shape: tuple[int, ...], axis: int) -> None:
     rng = np.random.default_rng(1)
