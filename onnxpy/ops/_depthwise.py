@@ -119,8 +119,12 @@ def pointwise_depthwise_channels_last(
     return y.transpose(0, 3, 1, 2)
 
 
-# Most values (positions x channels) in one chunk of an output row (see _depthwise_image).
-_CHUNK_VALUES = 1400
+# Most values (positions x channels) in one chunk of an output row (see _depthwise_image). The
+# best budget depends on the machine: 1,400 on the one this was first measured on (MobileNet-v2
+# 3.1% faster than with whole rows); 5,600 on an AMD EPYC (32 KB L1d) one, where against 1,400
+# ShuffleNet ran 2.6-3.2% faster (10/10 alternating rounds, twice) and MobileNet-v2 0-3.6%,
+# and single layers 10-25% (384x14x14 202 -> 154 us, 144x56x56 974 -> 854).
+_CHUNK_VALUES = 5600
 
 
 def _row_chunk(ow: int, c: int) -> int:
@@ -157,7 +161,7 @@ def _depthwise_image(
         # The output row in chunks of q positions, so the kh*kw weight rows einsum reads for
         # each chunk (tiled only q times) stay in L1 instead of streaming from L2 with the
         # taps: 144 channels at 56x56 618 -> 485 us, 96 at 112x112 1738 -> 1391, 576 at 14x14
-        # 144 -> 116 (q*C of about 1,000-1,400 values was best on every MobileNet shape).
+        # 144 -> 116, on the first machine measured (see _CHUNK_VALUES for the budget).
         q = _row_chunk(ow, c)
         lc = q * c
         taps = strided_view(

@@ -69,7 +69,8 @@ def test_stride_1_rows_in_chunks_of_positions(
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_row_chunk_is_the_largest_divisor_within_the_budget() -> None:
+def test_row_chunk_is_the_largest_divisor_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_depthwise, "_CHUNK_VALUES", 1400)
     assert _depthwise._row_chunk(112, 32) == 28  # 28 * 32 = 896 <= 1400 < 56 * 32
     assert _depthwise._row_chunk(56, 144) == 8
     assert _depthwise._row_chunk(7, 960) == 1
