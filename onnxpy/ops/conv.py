@@ -568,8 +568,10 @@ def _winograd_tile(k: list[int], strides: list[int], dilations: list[int], c: in
     if large:
         return 4 if c >= (64 if out[0] * out[1] >= 48 * 48 else 128) else 0
     # Below 10x10 the 2x2 tiles waste more (7x7: 16 tiles for 12.25) and the transforms weigh
-    # more: measured on 7x7 maps, F(2x2) beat im2col only from 512 channels (tied at 384).
-    return 2 if c >= (192 if out[0] * out[1] >= 100 else 384) else 0
+    # more. Alone, F(2x2) beat im2col on 7x7 maps from 512 channels; in ResNet-50's run, where
+    # the transformed weights (16/9 of the raw ones, 17 MB for 512 channels) come cold from
+    # memory, im2col was faster there too (the model 1.1%, 10/12 alternating rounds).
+    return 2 if c >= 192 and out[0] * out[1] >= 100 else 0
 
 
 def _winograd_weights(xp: Any, w: Any, r: int) -> Any:

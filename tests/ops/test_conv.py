@@ -129,7 +129,7 @@ CONV_CASES = [
     ("winograd_f4", (1, 128, 27, 29), (128, 128, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f4_odd_asymmetric", (1, 128, 29, 27), (136, 128, 3, 3), 1, [1, 1], [0, 1, 2, 0], [1, 1]),
     ("winograd_f2", (2, 192, 10, 11), (192, 192, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
-    ("winograd_f2_unpadded_odd", (1, 400, 8, 9), (96, 400, 3, 3), 1, [1, 1], [0, 2, 1, 0], [1, 1]),
+    ("winograd_f2_unpadded_odd", (1, 400, 11, 11), (96, 400, 3, 3), 1, [1, 1], [0, 2, 1, 0], [1, 1]),
     # A narrow map (output width < 10): plain im2col rather than the padded width.
     ("im2col_narrow", (2, 6, 7, 7), (5, 6, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("conv1d", (2, 4, 17), (6, 2, 4), 2, [3], [2, 1], [2]),
@@ -458,7 +458,7 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 48, 192, [13, 13]) == 0  # M > 2C
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 128, [28, 28]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 32, [28, 28]) == 4
-    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 512, 512, [7, 7]) == 2
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 512, 512, [7, 7]) == 0  # cold weights: im2col
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 256, 256, [7, 7]) == 0  # small map: im2col
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 256, 256, [10, 10]) == 2
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [7, 9]) == 0  # small map, few channels
@@ -496,8 +496,8 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         x = rng.standard_normal((1, 64, 6, 6)).astype(np.float32)
         big = rng.standard_normal((1, 128, 28, 28)).astype(np.float32)
         conv_mod.conv_nd(np, big, rng.standard_normal((128, 128, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
-        deep = rng.standard_normal((1, 512, 7, 7)).astype(np.float32)  # 16 tiles: the NCHW Winograd
-        conv_mod.conv_nd(np, deep, rng.standard_normal((512, 512, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
+        deep = rng.standard_normal((1, 256, 10, 10)).astype(np.float32)  # 25 tiles: the NCHW Winograd
+        conv_mod.conv_nd(np, deep, rng.standard_normal((256, 256, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # 8 <= 64/4
         conv_mod.conv_nd(np, x, rng.standard_normal((24, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # narrow
         wide = rng.standard_normal((1, 64, 6, 12)).astype(np.float32)
