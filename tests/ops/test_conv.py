@@ -118,6 +118,9 @@ CONV_CASES = [
     ("im2col", (2, 3, 9, 8), (4, 3, 3, 3), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     ("im2col_grouped_dilated_strided", (2, 6, 13, 12), (8, 3, 3, 2), 2, [2, 3], [1, 2, 3, 0], [2, 2]),
     ("im2col_asymmetric_pads", (1, 2, 6, 6), (3, 2, 2, 3), 1, [1, 1], [0, 2, 3, 1], [1, 1]),
+    # Large strided kernels: the columns come from the input's stride phases (_strided_columns).
+    ("im2col_stride_phases_7x7", (1, 3, 23, 21), (5, 3, 7, 7), 1, [2, 2], [3, 2, 1, 3], [1, 1]),
+    ("im2col_stride_phases_uneven", (2, 4, 19, 17), (6, 4, 5, 6), 1, [1, 3], [2, 1, 0, 2], [1, 1]),
     ("padded_width_dilated_grouped", (2, 8, 10, 9), (6, 4, 3, 2), 2, [1, 1], [2, 1, 0, 3], [2, 3]),
     ("padded_width_no_pad", (1, 5, 6, 7), (3, 5, 2, 2), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     # At most a quarter as many output as input channels: one GEMM over the stacked taps (nine
@@ -196,6 +199,37 @@ def test_winograd_in_bands_of_tile_rows(monkeypatch: pytest.MonkeyPatch, xs: tup
     assert len(bands) > 2 and sum(bands) == got.shape[2], bands
     want = reference_conv(x, w, b, [1, 1], pads, [1, 1], 1)
     assert_conv_close(got, want, term_scale(x, w, b, [1, 1], pads, [1, 1], 1))
+
+
+@pytest.mark.parametrize(
+    "xs,ws,strides,pads",
+    [
+        ((1, 3, 30, 28), (8, 3, 7, 7), [2, 2], [3, 3, 3, 3]),  # ResNet's stem, smaller
+        ((2, 3, 31, 29), (4, 3, 11, 11), [4, 4], [0, 1, 2, 0]),  # AlexNet's, two images
+        ((1, 5, 17, 20), (3, 5, 5, 6), [1, 3], [2, 0, 1, 2]),  # one axis unstrided
+    ],
+)
+def test_strided_columns_come_from_stride_phases(
+    monkeypatch: pytest.MonkeyPatch, xs: tuple, ws: tuple, strides: list[int], pads: list[int]
+) -> None:
+    from onnxpy.ops import conv as conv_mod
+
+    calls: list[tuple[int, ...]] = []
+    original = conv_mod._strided_columns
+
+    def counted(dst: np.ndarray, *args: Any) -> None:
+        calls.append(dst.shape)
+        original(dst, *args)
+
+    monkeypatch.setattr(conv_mod, "_strided_columns", counted)
+    rng = np.random.default_rng(sum(xs))
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    got = conv_mod.conv_nd(np, x, w, b, strides=strides, pads=pads)
+    assert len(calls) == 1
+    args = (strides, pads, [1, 1], 1)
+    assert_conv_close(got, reference_conv(x, w, b, *args), term_scale(x, w, b, *args))
 
 
 def test_winograd_results_survive_the_next_call() -> None:
