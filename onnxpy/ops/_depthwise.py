@@ -44,9 +44,10 @@ def tiled_rows(v: np.ndarray, rows: int, cols: int, width: int, dtype: np.dtype)
     return derived((v,), ("tiled-rows", rows, cols, width, np.dtype(dtype).str), build)
 
 
-def _padded(x: np.ndarray, begin: list[int], shape: tuple[int, int]) -> np.ndarray:
+def _padded(x: np.ndarray, begin: list[int], shape: tuple[int, int], phased: bool = False) -> np.ndarray:
     """One image ``x`` (C, H, W), any layout, copied channels-last into a zero-bordered
-    (rows, cols, C) buffer at offset ``begin``, cropped to ``shape``."""
+    (rows, cols, C) buffer at offset ``begin``, cropped to ``shape``; with ``phased`` its
+    columns stored by parity (see ``_put``)."""
     c, h, w = x.shape
     rows, cols = shape
     # Padding can exceed what the windows read: clamp, so that slices of x never go negative.
@@ -54,10 +55,30 @@ def _padded(x: np.ndarray, begin: list[int], shape: tuple[int, int]) -> np.ndarr
     p = np.empty((rows, cols, c), dtype=x.dtype)
     p[: begin[0]] = 0
     p[r1:] = 0
+    inside = x[:, : r1 - begin[0], : q1 - begin[1]].transpose(1, 2, 0)
+    if phased:
+        _put(p, begin[0], r1, 0, begin[1], 0)
+        _put(p, begin[0], r1, q1, cols, 0)
+        _put(p, begin[0], r1, begin[1], q1, inside)
+        return p
     p[begin[0] : r1, : begin[1]] = 0
     p[begin[0] : r1, q1:] = 0
-    p[begin[0] : r1, begin[1] : q1] = x[:, : r1 - begin[0], : q1 - begin[1]].transpose(1, 2, 0)
+    p[begin[0] : r1, begin[1] : q1] = inside
     return p
+
+
+def _put(buf: np.ndarray, r0: int, r1: int, q0: int, q1: int, value: Any) -> None:
+    """``buf[r0:r1, q0:q1] = value`` in the original column order, for a buffer whose columns
+    are stored by parity: columns 0, 2, 4, ... first, then 1, 3, 5, ... (``value`` a scalar or
+    an array of the region's shape)."""
+    even = (buf.shape[1] + 1) // 2
+    for parity, start in ((0, 0), (1, even)):
+        t = (parity - q0) % 2  # the region's first column of this parity
+        if q0 + t >= q1:
+            continue
+        a = start + (q0 + t) // 2
+        b = a + (q1 - 1 - (q0 + t)) // 2 + 1
+        buf[r0:r1, a:b] = value if np.isscalar(value) else value[:, t::2]
 
 
 def depthwise_channels_last(
@@ -76,9 +97,19 @@ def depthwise_channels_last(
     kh, kw = w.shape[2:]
     rows, cols = strides[0] * (out[0] - 1) + kh, strides[1] * (out[1] - 1) + kw  # what windows read
     y = np.empty((n, out[0], out[1], c), dtype=x.dtype)
+    phased = _phased(strides, kw, out[1])
     for i in range(n):
-        _depthwise_image(_padded(x[i], begin, (rows, cols)), w, bias, strides, y[i], epilogue)
+        _depthwise_image(_padded(x[i], begin, (rows, cols), phased), w, bias, strides, y[i], epilogue, phased)
     return y.transpose(0, 3, 1, 2)
+
+
+def _phased(strides: list[int], kw: int, ow: int) -> bool:
+    """Whether the zero-bordered input is stored with its columns by parity (see
+    ``_depthwise_image``): at column stride 2, on rows of 28 outputs and more. On shorter rows
+    its two einsums and the pass adding them cost more than they save (MobileNet-v2's
+    PointwiseDepthwiseConv: 112x112 -> 56x56 2180 -> 1573 us, 56 -> 28 798 -> 682, 28 -> 14
+    288 -> 291, 14 -> 7 313 -> 334)."""
+    return strides[1] == 2 and kw > 1 and ow >= 28
 
 
 def pointwise_depthwise_channels_last(
@@ -109,13 +140,23 @@ def pointwise_depthwise_channels_last(
     r1, q1 = max(r0, min(rows, r0 + h)), max(q0, min(cols, q0 + wd))  # the input's part, clamped
     y = np.empty((n, out[0], out[1], m), dtype=x.dtype)
     xs = np.zeros((rows, cols, c + 1), dtype=x.dtype)
-    xs[r0:r1, q0:q1, c] = 1
+    # At column stride 2 the positions go in by column parity, so the GEMM writes the
+    # depthwise input phased (see _depthwise_image) at no cost.
+    phased = _phased(strides, kw, out[1])
+    if phased:
+        _put(xs[..., c:], r0, r1, q0, q1, 1)
+    else:
+        xs[r0:r1, q0:q1, c] = 1
     for i in range(n):
-        xs[r0:r1, q0:q1, :c] = x[i, :, : r1 - r0, : q1 - q0].transpose(1, 2, 0)
+        inside = x[i, :, : r1 - r0, : q1 - q0].transpose(1, 2, 0)
+        if phased:
+            _put(xs[..., :c], r0, r1, q0, q1, inside)
+        else:
+            xs[r0:r1, q0:q1, :c] = inside
         p = np.matmul(xs.reshape(rows * cols, c + 1), w1b1).reshape(rows, cols, m)
         if activation1 is not None:
             activation1(p)
-        _depthwise_image(p, w, bias, strides, y[i], epilogue)
+        _depthwise_image(p, w, bias, strides, y[i], epilogue, phased)
     return y.transpose(0, 3, 1, 2)
 
 
@@ -143,9 +184,11 @@ def _depthwise_image(
     strides: list[int],
     y: np.ndarray,
     epilogue: Callable[[np.ndarray], Any] | None,
+    phased: bool = False,
 ) -> None:
     """One image's depthwise convolution: ``p`` the zero-bordered channels-last input (rows,
-    cols, C) the windows read, ``y`` the (oh, ow, C) result, written in place."""
+    cols, C) the windows read, ``y`` the (oh, ow, C) result, written in place. With
+    ``phased`` (column stride 2), ``p`` holds its even columns first, then its odd ones."""
     oh, ow, c = y.shape
     kh, kw = w.shape[2:]
     sh, sw = strides
@@ -168,6 +211,18 @@ def _depthwise_image(
             p, (kh, kw, oh, ow // q, lc), (cols * c * item, c * item, sh * cols * c * item, lc * item, item)
         )
         np.einsum("uvrQl,uvl->rQl", taps, weights[:, :, :lc], out=yi.reshape(oh, ow // q, lc))
+    elif phased:
+        # Column stride 2 with the columns stored by parity: tap column v of output column q
+        # is even column q + v // 2 (v even) or odd column q + v // 2 (v odd), so each tap's
+        # output row is again one run of ow*c values, as at stride 1. One einsum sums the even
+        # taps, one the odd ones: 96 channels at 112x112 -> 56x56 1434 -> 685 us, 144 at 56 ->
+        # 28 388 -> 230 (reading every other position, runs of C values, was the old form).
+        line = cols * c * item
+        even_taps = strided_view(p, (kh, (kw + 1) // 2, oh, row), (line, c * item, sh * line, item))
+        np.einsum("uvrl,uvl->rl", even_taps, weights[:, 0::2], out=yi)
+        odd = p.reshape(-1)[(cols + 1) // 2 * c :]  # the first odd column, row 0
+        odd_taps = strided_view(odd, (kh, kw // 2, oh, row), (line, c * item, sh * line, item))
+        yi += np.einsum("uvrl,uvl->rl", odd_taps, weights[:, 1::2])
     else:
         taps = strided_view(
             p, (kh, kw, oh, ow, c), (cols * c * item, c * item, sh * cols * c * item, sw * c * item, item)

@@ -27,6 +27,10 @@ CASES = [
     ((1, 3, 3, 3), (3, 3), [1, 1], [1, 1, 1, 1]),
     ((1, 2, 1, 1), (2, 2), [4, 4], [4, 4, 0, 0]),  # the windows read only padding
     ((1, 2, 3, 9), (2, 3), [4, 3], [0, 1, 5, 0]),  # the last input rows are never read
+    # Column stride 2 on rows of 28 outputs and more: the input stored by column parity.
+    ((2, 5, 9, 58), (3, 3), [2, 2], [1, 1, 1, 1]),
+    ((1, 3, 7, 60), (5, 5), [2, 2], [2, 1, 0, 3]),
+    ((1, 4, 6, 57), (2, 4), [1, 2], [1, 2, 0, 1]),  # even kernel width
 ]
 
 
@@ -67,6 +71,42 @@ def test_stride_1_rows_in_chunks_of_positions(
     got = conv_nd(np, x, w, None, group=c, strides=strides, pads=pads)
     want = reference_conv(x, w, None, strides, pads, [1, 1], c)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cols,q0,q1", [(9, 0, 9), (9, 2, 7), (9, 3, 8), (8, 1, 2), (8, 5, 5), (7, 6, 7)])
+def test_put_writes_columns_stored_by_parity(cols: int, q0: int, q1: int) -> None:
+    """At column stride 2 the zero-bordered buffer holds its even columns, then its odd ones."""
+    rng = np.random.default_rng(cols + q0 + q1)
+    plain = rng.standard_normal((3, cols, 2))
+    phased = np.concatenate([plain[:, 0::2], plain[:, 1::2]], axis=1)
+    value = rng.standard_normal((2, q1 - q0, 2))
+    plain[1:3, q0:q1] = value
+    _depthwise._put(phased, 1, 3, q0, q1, value)
+    np.testing.assert_array_equal(phased, np.concatenate([plain[:, 0::2], plain[:, 1::2]], axis=1))
+    _depthwise._put(phased, 0, 1, q0, q1, 0)
+    plain[0:1, q0:q1] = 0
+    np.testing.assert_array_equal(phased, np.concatenate([plain[:, 0::2], plain[:, 1::2]], axis=1))
+
+
+def test_stride_2_columns_run_phased(monkeypatch: pytest.MonkeyPatch) -> None:
+    phased: list[bool] = []
+    original = _depthwise._depthwise_image
+
+    def spy(*args: Any) -> None:
+        phased.append(args[-1])
+        original(*args)
+
+    monkeypatch.setattr(_depthwise, "_depthwise_image", spy)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 6, 11, 60)).astype(np.float32)
+    w = rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
+    for strides in ([2, 2], [1, 1], [2, 3]):
+        got = conv_nd(np, x, w, None, group=6, strides=strides, pads=[1, 1, 1, 1])
+        want = reference_conv(x, w, None, strides, [1, 1, 1, 1], [1, 1], 6)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert phased == [True, False, False]
+    conv_nd(np, x[..., :40], w, None, group=6, strides=[2, 2], pads=[1, 1, 1, 1])  # 20 outputs a row
+    assert phased[-1] is False
 
 
 def test_row_chunk_is_the_largest_divisor_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:

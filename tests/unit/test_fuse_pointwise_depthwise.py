@@ -114,8 +114,11 @@ def test_fuses_with_activations_that_keep_zero(act: tuple[str, dict[str, Any]] |
         ({"pads": [3, 3, 3, 3], "strides": [3, 2]}, (3, 3), (1, C_IN, 7, 8)),  # pads past the kernel
         ({"auto_pad": "SAME_UPPER", "strides": [2, 2]}, (3, 3), (1, C_IN, 8, 8)),
         ({}, (1, 3), (2, C_IN, 6, 9)),  # unpadded, 1x3
+        # Rows of 28 outputs and more at column stride 2: the input stored by column parity.
+        ({"pads": [1, 1, 1, 1], "strides": [2, 2]}, (3, 3), (2, C_IN, 5, 57)),
+        ({"pads": [0, 2, 1, 1], "strides": [1, 2]}, (3, 4), (1, C_IN, 4, 60)),
     ],
-    ids=["s2", "s2-even", "asym", "5x5", "pads>kernel", "same-upper", "1x3"],
+    ids=["s2", "s2-even", "asym", "5x5", "pads>kernel", "same-upper", "1x3", "s2-phased", "s2-phased-asym"],
 )
 def test_depthwise_geometries(dw_attrs: dict[str, Any], kernel: tuple[int, int], shape: tuple[int, ...]) -> None:
     model = _model(shape=shape, dw_attrs=dw_attrs, dw_kernel=kernel)
