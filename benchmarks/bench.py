@@ -53,6 +53,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from onnxpy.tools.benchmark import (  # noqa: E402 - after making the repository importable
+    SETTLE_S,
     SessionConfig,
     geomean,
     latency_stats,
@@ -253,11 +254,11 @@ def measure(entry: ModelEntry, batch: int, args: argparse.Namespace) -> Result:
     ours.call()
     theirs.call()
     round_s = time.perf_counter() - t0
-    # Timed calls come in blocks of about 0.1 s per runtime, after 50 ms of settling calls (see
-    # time_interleaved); --repeat counts timed calls.
+    # Timed calls come in blocks of about 0.1 s per runtime, after SETTLE_S of settling calls
+    # (see time_interleaved); --repeat counts timed calls.
     per_call = max(round_s / 2, 1e-9)
     block = max(1, min(10, args.repeat, int(0.1 / per_call)))
-    per_round = 2 * (max(0.05, per_call) + block * per_call)
+    per_round = 2 * (max(SETTLE_S, per_call) + block * per_call)
     rounds = max(-(-args.min_repeat // block), min(args.repeat // block, int(args.budget / per_round)), 1)
     times = time_interleaved([ours, theirs], repeat=rounds, warmup=0, block=block)
     a, b = latency_stats(times["onnxpy"], batch), latency_stats(times["onnxruntime"], batch)

@@ -112,6 +112,12 @@ def _iobinding_call(module: Any, sess: Any, feeds: dict[str, Any], outputs: list
     return call
 
 
+# Untimed calls before each block (seconds): longer than OpenBLAS's idle workers spin after a
+# GEMM (50-100 ms here), so that no runtime is timed against the other's spinning threads. At
+# 50 ms, onnxruntime's MobileNet-v2 ran 1.6x slower than alone, flattering onnxpy's ratio.
+SETTLE_S = 0.15
+
+
 def time_interleaved(
     contenders: Sequence[Contender],
     repeat: int | None = None,
@@ -119,7 +125,7 @@ def time_interleaved(
     warmup: int = 1,
     min_repeat: int = 3,
     progress: Callable[[int, float], None] | None = None,
-    settle_s: float = 0.05,
+    settle_s: float = SETTLE_S,
     block: int = 1,
     max_calls: int | None = None,
 ) -> dict[str, list[float]]:
@@ -130,8 +136,10 @@ def time_interleaved(
     a call (onnxruntime's intra-op threads, OpenBLAS's workers): a call timed soon after the
     other runtime's measures the two fighting over the cores, which neither does when it runs
     alone. On this project's 2-core virtual machine, the first 30 ms of onnxpy calls after an
-    onnxruntime call ran 2.5x slower, and the reverse also happened; settling first, then
-    timing a block, reproduces what each runtime does alone, while the alternation still
+    onnxruntime call ran 2.5x slower, and OpenBLAS's idle worker (onnxpy's BLAS) spins for
+    50-100 ms after onnxpy's last GEMM: onnxruntime timed 50 ms after onnxpy ran MobileNet-v2
+    in 6.3 ms, 100 ms and more after it in 4.0, as alone (see ``SETTLE_S``). Settling first,
+    then timing a block, reproduces what each runtime does alone, while the alternation still
     spreads slow phases of the machine over both.
 
     Stops after ``repeat`` rounds, or once ``duration`` seconds have passed (and at least
