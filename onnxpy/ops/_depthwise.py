@@ -72,6 +72,7 @@ def _put(buf: np.ndarray, r0: int, r1: int, q0: int, q1: int, value: Any) -> Non
     are stored by parity: columns 0, 2, 4, ... first, then 1, 3, 5, ... (``value`` a scalar or
     an array of the region's shape)."""
     even = (buf.shape[1] + 1) // 2
+    q1 = min(q1, buf.shape[1])  # as a slice would clamp
     for parity, start in ((0, 0), (1, even)):
         t = (parity - q0) % 2  # the region's first column of this parity
         if q0 + t >= q1:

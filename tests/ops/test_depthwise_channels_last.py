@@ -73,13 +73,15 @@ def test_stride_1_rows_in_chunks_of_positions(
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("cols,q0,q1", [(9, 0, 9), (9, 2, 7), (9, 3, 8), (8, 1, 2), (8, 5, 5), (7, 6, 7)])
+@pytest.mark.parametrize(
+    "cols,q0,q1", [(9, 0, 9), (9, 2, 7), (9, 3, 8), (8, 1, 2), (8, 5, 5), (7, 6, 7), (7, 0, 12), (6, 4, 9)]
+)
 def test_put_writes_columns_stored_by_parity(cols: int, q0: int, q1: int) -> None:
     """At column stride 2 the zero-bordered buffer holds its even columns, then its odd ones."""
     rng = np.random.default_rng(cols + q0 + q1)
     plain = rng.standard_normal((3, cols, 2))
     phased = np.concatenate([plain[:, 0::2], plain[:, 1::2]], axis=1)
-    value = rng.standard_normal((2, q1 - q0, 2))
+    value = rng.standard_normal((2, min(q1, cols) - q0, 2))
     plain[1:3, q0:q1] = value
     _depthwise._put(phased, 1, 3, q0, q1, value)
     np.testing.assert_array_equal(phased, np.concatenate([plain[:, 0::2], plain[:, 1::2]], axis=1))
