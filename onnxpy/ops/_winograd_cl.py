@@ -40,9 +40,17 @@ _MAX_TILES = 196
 _BAND_BYTES = 8 << 20
 
 
+def tile_grid(out: list[int], r: int) -> tuple[int, int, int, int, int]:
+    """For F(r x r, 3x3) over an output of size ``out``: the input tile size t, the tile rows and
+    columns, and the padded input's rows and columns that they read."""
+    th, tw = -(-out[0] // r), -(-out[1] // r)
+    return r + 2, th, tw, r * th + 2, r * tw + 2
+
+
 def pays(out: list[int], r: int) -> bool:
     """Whether a Winograd layer with this output size and tile size runs channels-last."""
-    return _MIN_TILES <= -(-out[0] // r) * -(-out[1] // r) <= _MAX_TILES
+    _, th, tw, _, _ = tile_grid(out, r)
+    return _MIN_TILES <= th * tw <= _MAX_TILES
 
 
 def transformed_weights_cl(u: Any, w: Any, r: int) -> np.ndarray:
@@ -65,12 +73,10 @@ def winograd_channels_last(
     ``u_cl`` the (t*t, C, M) transformed weights, ``matrices`` the input and output transforms
     as Kronecker matrices (t*t, t*t) and (r*r, t*t). Returns (N, M, *out) in NCHW memory,
     ``into`` when given."""
-    n, c, h, wd = x.shape
+    n, c = x.shape[:2]
     m = u_cl.shape[2]
     oh, ow = out
-    t = r + 2
-    th, tw = -(-oh // r), -(-ow // r)
-    hp, wp = r * th + 2, r * tw + 2
+    t, th, tw, hp, wp = tile_grid(out, r)
     kin, kout = (a.astype(x.dtype, copy=False) for a in matrices)
     y = np.empty((n, m, oh, ow), dtype=x.dtype) if into is None else into
     for i in range(n):

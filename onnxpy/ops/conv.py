@@ -613,12 +613,10 @@ def _to_host(a: Any) -> Any:
 
 
 def _winograd(xp: Any, x: Any, w: Any, begin: list[int], out: list[int], r: int, bias: Any, into: Any = None) -> Any:
-    n, c, h, wd = x.shape
+    n, c = x.shape[:2]
     m = w.shape[0]
     oh, ow = out
-    t = r + 2
-    th, tw = -(-oh // r), -(-ow // r)
-    hp, wp = r * th + 2, r * tw + 2
+    t, th, tw, hp, wp = winograd_cl.tile_grid(out, r)
     xpad = _zero_bordered(xp, "winograd-padded", x, begin, (hp, wp))
     u = _winograd_weights(xp, w, r)
     out_arr = xp.empty((n, m, oh, ow), dtype=x.dtype) if into is None else into
