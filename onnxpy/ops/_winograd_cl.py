@@ -9,7 +9,7 @@ move whole runs, and the per-frequency GEMMs become (tiles x C) @ (C x M).
 
 The NCHW input is copied once into a zero-bordered channels-last buffer; a channels-last input
 (a depthwise or channels-last convolution's result) is copied without a transpose. The result
-goes back to NCHW through OpenBLAS's blocked transpose, or stays channels-last when asked.
+goes back to NCHW through OpenBLAS's blocked transpose.
 
 In ResNet-50's run (profiled, two runs each): 128x28x28 F(4x4) 1.51-1.76 -> 1.22-1.46 ms,
 64x56x56 1.86-1.99 -> 1.72-1.88, 256x14x14 F(2x2) 1.48-1.52 -> 1.33-1.38; the model 5% faster.

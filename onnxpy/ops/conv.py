@@ -272,7 +272,7 @@ def _conv_dispatch(
     ext = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
     o = math.prod(out)
     pointwise = all(kk == 1 for kk in k) and not any(begin) and not any(end) and all(s == 1 for s in strides)
-    tile = _winograd_tile(k, strides, dilations, c, m, out) if nd == 2 and group == 1 and n * o else 0
+    tile = _winograd_tile(k, strides, dilations, c, m, out, xp is np) if nd == 2 and group == 1 and n * o else 0
     if tile and _tap_sum_pays(strides, c, m):
         tile = 0
     if tile and xp is np and winograd_cl.pays(out, tile):
@@ -543,7 +543,9 @@ def _winograd_matrices() -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
 _WINO = _winograd_matrices()
 
 
-def _winograd_tile(k: list[int], strides: list[int], dilations: list[int], c: int, m: int, out: list[int]) -> int:
+def _winograd_tile(
+    k: list[int], strides: list[int], dilations: list[int], c: int, m: int, out: list[int], host: bool = True
+) -> int:
     """Output tile size for a 3x3 stride-1 convolution worth doing by Winograd (4 or 2), else 0.
 
     Chosen from measurements of every 3x3 layer shape of ResNet-50, VGG-19, Inception v1/v2,
@@ -551,11 +553,12 @@ def _winograd_tile(k: list[int], strides: list[int], dilations: list[int], c: in
     proportion to C and M per tile, the GEMM saving in proportion to C * M, so Winograd needs
     many channels, and more output than input channels favours the direct GEMM.
 
-    Layers of 49-196 tiles run channels-last (``_winograd_cl.py``), whose transforms cost
-    less: there F(4x4) on maps of 27x27 and more, and F(2x2) on smaller ones, win from 32 input
-    channels (Inception v2's 28x28 layers of 64-96 channels 2.4% and its 14x14 ones 3.7% of the
-    model, in alternating rounds; Inception v1's neutral). Elsewhere, on the NCHW path: on maps of
-    48x48 and more F(4x4) wins from 64 channels, on 27x27 to 47x47 from 128 (in a model the
+    On the host, layers of 49-196 tiles run channels-last (``_winograd_cl.py``), whose
+    transforms cost less: there F(4x4) on maps of 27x27 and more, and F(2x2) on smaller ones,
+    win from 32 input channels (Inception v2's 28x28 layers of 64-96 channels 2.4% and its 14x14
+    ones 3.7% of the model, in alternating rounds; Inception v1's neutral). Elsewhere (and on a
+    GPU), the NCHW path: on maps of 48x48 and more F(4x4) wins from 64 channels, on 27x27 to
+    47x47 from 128 (in a model the
     weights come cold from memory, and F(4x4)'s transformed weights are 4x the raw ones). Below
     that only wide layers (>= 192 input channels) gain, and F(2x2) wastes fewer positions on
     small maps than F(4x4)'s 4x4 tiles.
@@ -563,7 +566,7 @@ def _winograd_tile(k: list[int], strides: list[int], dilations: list[int], c: in
     if k != [3, 3] or strides != [1, 1] or dilations != [1, 1] or m > 2 * c:
         return 0
     large = out[0] * out[1] >= 27 * 27
-    if c >= 32 and winograd_cl.pays(out, 4 if large else 2):
+    if host and c >= 32 and winograd_cl.pays(out, 4 if large else 2):
         return 4 if large else 2
     if large:
         return 4 if c >= (64 if out[0] * out[1] >= 48 * 48 else 128) else 0

@@ -483,6 +483,7 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [56, 56]) == 4
     # 28x28 (49 tiles, channels-last) from 32 channels; 112x112 (784 tiles, NCHW) from 64.
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 96, 96, [28, 28]) == 4
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 96, 96, [28, 28], host=False) == 0  # CuPy: NCHW rules
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 24, 48, [28, 28]) == 0
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 32, 64, [112, 112]) == 0
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [112, 112]) == 4
