@@ -10,8 +10,11 @@ result while it is in cache: no pass and no node of its own.
 
 Only for a float32 FusedConv with activation Relu (no residual input), or a ConcatConv whose
 members all end in Relu (SqueezeNet's fire modules before a pool), whose output is read by a
-MaxPool alone, without padding (a window wholly in the padding would give the lowest value, not
-0), without the Indices output, and with a stride above 1 (otherwise nothing is saved).
+MaxPool alone, without the Indices output, with a stride above 1 (otherwise nothing is saved),
+and whose every window holds an input element: a window wholly in the padding would give the
+lowest value, not 0. That holds without padding, and with padding narrower than the kernel when
+the windows are undilated and not extended by ceil_mode (ResNet-50's and DenseNet's 3x3/2 stem
+pools with one pixel of padding).
 """
 
 from __future__ import annotations
@@ -22,14 +25,24 @@ from ...ir.graph import Graph, Node
 from ..rewrite import FUSED_DOMAIN, Sweep
 
 
-def _unpadded_strided_pool(pool: Node) -> bool:
+def _strided_pool_of_full_windows(pool: Node) -> bool:
     if pool.domain or pool.op_type != "MaxPool" or len([o for o in pool.outputs if o]) != 1:
         return False
     if pool.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
         return False
-    if any(int(p) for p in pool.attrs.get("pads", []) or []):
+    if not any(int(s) > 1 for s in pool.attrs.get("strides", []) or []):
         return False
-    return any(int(s) > 1 for s in pool.attrs.get("strides", []) or [])
+    pads = [int(p) for p in pool.attrs.get("pads", []) or []]
+    if not any(pads):
+        return True
+    # Padded: each window starts at most pad-before positions before the input and ends at most
+    # pad-after positions past it, so a pad narrower than the kernel leaves an input element in
+    # every window (undilated windows; ceil_mode can add a window that starts in the padding).
+    kernel = [int(k) for k in pool.attrs.get("kernel_shape", []) or []]
+    dilated = any(int(d) != 1 for d in pool.attrs.get("dilations", []) or [])
+    if dilated or int(pool.attrs.get("ceil_mode", 0)) or len(pads) != 2 * len(kernel):
+        return False
+    return all(p < kernel[i % len(kernel)] for i, p in enumerate(pads))
 
 
 def _without_relu(conv: Node) -> dict[str, Any] | None:
@@ -58,7 +71,7 @@ def run(graph: Graph) -> bool:
             continue
         y = conv.outputs[0]
         pool = uses.only_reader(y)
-        if pool is None or not _unpadded_strided_pool(pool) or not sweep.fresh(pool):
+        if pool is None or not _strided_pool_of_full_windows(pool) or not sweep.fresh(pool):
             continue
         if graph.elem_type(y) != 1:
             continue
