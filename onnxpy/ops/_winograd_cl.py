@@ -71,13 +71,13 @@ def winograd_channels_last(
 ) -> np.ndarray:
     """3x3 stride-1 convolution of ``x`` (N, C, H, W), any layout, by Winograd F(r x r, 3x3):
     ``u_cl`` the (t*t, C, M) transformed weights, ``matrices`` the input and output transforms
-    as Kronecker matrices (t*t, t*t) and (r*r, t*t). Returns (N, M, *out) in NCHW memory,
+    as Kronecker matrices (t*t, t*t) and (r*r, t*t) in x's dtype. Returns (N, M, *out) in NCHW memory,
     ``into`` when given."""
     n, c = x.shape[:2]
     m = u_cl.shape[2]
     oh, ow = out
     t, th, tw, hp, wp = tile_grid(out, r)
-    kin, kout = (a.astype(x.dtype, copy=False) for a in matrices)
+    kin, kout = matrices
     y = np.empty((n, m, oh, ow), dtype=x.dtype) if into is None else into
     for i in range(n):
         xcl = _bordered(x[i], begin, (hp, wp))

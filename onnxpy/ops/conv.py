@@ -4,6 +4,7 @@ else as im2col over a strided view followed by one batched GEMM per group."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -278,8 +279,7 @@ def _conv_dispatch(
     if tile and xp is np and winograd_cl.pays(out, tile):
         # Channels-last Winograd reads any input layout (a channels-last one without a transpose).
         u_cl = winograd_cl.transformed_weights_cl(lambda: _transform_weights(xp, w, tile), w, tile)
-        kin, _, kout = _WINO[tile]
-        return winograd_cl.winograd_channels_last(x, u_cl, (kin, kout), tile, begin, out, b, into)
+        return winograd_cl.winograd_channels_last(x, u_cl, _transforms(tile, x.dtype), tile, begin, out, b, into)
     if xp is np and is_channels_last(x) and not (pointwise and group == 1):
         # A channels-last input (a depthwise result) that this path reads as NCHW: one blocked
         # transpose, not numpy's element-by-element copy inside a reshape or the padding
@@ -543,6 +543,14 @@ def _winograd_matrices() -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
 _WINO = _winograd_matrices()
 
 
+@functools.lru_cache(maxsize=16)
+def _transforms(r: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The input and output transform matrices of F(r x r, 3x3) in ``dtype``, made once
+    rather than converted from float64 on every call."""
+    kin, _, kout = _WINO[r]
+    return kin.astype(dtype), kout.astype(dtype)
+
+
 def _winograd_tile(
     k: list[int], strides: list[int], dilations: list[int], c: int, m: int, out: list[int], host: bool = True
 ) -> int:
@@ -671,7 +679,7 @@ def _winograd_band(xp: Any, xpad: Any, u: Any, r: int, bias: Any, dst: Any, ow: 
     s = xpad.strides
     # tiles[i, j, c, n, a, b] = xpad[n, c, r*a + i, r*b + j]: gathered once into (t*t, C*N*T).
     tiles = _as_strided(xp, xpad, (t, t, c, n, th, tw), (s[2], s[3], s[1], s[0], r * s[2], r * s[3]))
-    kin, _, kout = _WINO[r]
+    kin, kout = _transforms(r, np.dtype(xpad.dtype))
     dt = xpad.dtype
     count = n * th * tw
     gathered = _temporary(xp, "winograd-tiles", (t * t, c * count), dt)
