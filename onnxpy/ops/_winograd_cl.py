@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ._blas import transpose_into
+from ._blas import stacked_matmul, transpose_into
 from ._derived import derived
 from ._scratch import scratch
 from ._spatial import strided_view
@@ -131,7 +131,7 @@ def _band(
     tiles = scratch("winograd-cl-tiles", (t, t, th, tw, c), dt)
     tiles[...] = strided_view(xcl, (t, t, th, tw, c), (s0, s1, r * s0, r * s1, s2))
     v = np.matmul(kin, tiles.reshape(t * t, count * c), out=scratch("winograd-cl-v", (t * t, count * c), dt))
-    prod = np.matmul(v.reshape(t * t, count, c), u_cl, out=scratch("winograd-cl-prod", (t * t, count, m), dt))
+    prod = stacked_matmul(np, v.reshape(t * t, count, c), u_cl, out=scratch("winograd-cl-prod", (t * t, count, m), dt))
     y = np.matmul(kout, prod.reshape(t * t, count * m), out=scratch("winograd-cl-y", (r * r, count * m), dt))
     # y[i, j, a, b, :] is output position (r*a + i, r*b + j): runs of M values.
     spots = dst.reshape(th, r, tw, r, m).transpose(1, 3, 0, 2, 4)

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _winograd_cl as winograd_cl
-from ._blas import gemm_accumulate
+from ._blas import gemm_accumulate, stacked_matmul
 from ._compat import check_alloc
 from ._depthwise import depthwise_channels_last, tiled_rows
 from ._derived import derived
@@ -685,7 +685,7 @@ def _winograd_band(xp: Any, xpad: Any, u: Any, r: int, bias: Any, dst: Any, ow: 
     gathered = _temporary(xp, "winograd-tiles", (t * t, c * count), dt)
     gathered.reshape(t, t, c, n, th, tw)[...] = tiles
     v = xp.matmul(xp.asarray(kin, dtype=dt), gathered, out=_temporary(xp, "winograd-v", (t * t, c * count), dt))
-    prod = xp.matmul(u, v.reshape(t * t, c, count), out=_temporary(xp, "winograd-prod", (t * t, m, count), dt))
+    prod = stacked_matmul(xp, u, v.reshape(t * t, c, count), out=_temporary(xp, "winograd-prod", (t * t, m, count), dt))
     y = xp.matmul(
         xp.asarray(kout, dtype=dt),
         prod.reshape(t * t, m * count),

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ._blas import stacked_matmul
 from ._clamp import clamp, floor_at, np_clip
 from ._compat import check_alloc, host_ints
 from ._depthwise import pointwise_depthwise_channels_last
@@ -491,7 +492,7 @@ def fused_matmul(
 ) -> Any:
     """activation(A @ B + bias + Z): MatMul with its bias, residual addend ``Z`` (a transformer's
     skip connection) and activation (optimizer/passes/fuse_activation.py), each optional."""
-    y = xp.matmul(A, B)
+    y = stacked_matmul(xp, A, B)
     if bias is not None:
         y += bias
     if Z is not None:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..model import dtypes
+from ._blas import stacked_matmul
 from ._compat import host_ints, host_scalar, normalize_axis
 from .registry import op
 
@@ -37,7 +38,7 @@ def matmul(xp: Any, a: Any, b: Any) -> Any:
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"MatMul needs inputs of rank >= 1, got shapes {list(a.shape)} and {list(b.shape)}")
     if a.dtype.kind == "f" and a.dtype.itemsize >= 4 or a.dtype.kind in "iub":
-        return xp.matmul(a, b)
+        return stacked_matmul(xp, a, b)
     # float16 / bfloat16: no BLAS path in numpy (and ml_dtypes returns float32); accumulate in
     # float32 and round once.
     return xp.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)

@@ -1,0 +1,148 @@
+"""Stacks of matrix products in one batched OpenBLAS call (``_blas.stacked_matmul``): the
+same result as numpy's matmul for every layout, the batched route taken where it should be,
+and numpy's route (no crash) for the small products OpenBLAS's batch cannot take."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from onnxpy.ops import _blas
+
+batch_available = pytest.mark.skipif(
+    _blas._batch_routine(np.dtype(np.float32)) is None,
+    reason="numpy here bundles no OpenBLAS with a ?gemm_batch_strided known to be safe (another numpy build)",
+)
+
+
+@pytest.fixture
+def batched_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Records each attempt at the batched call: True where it ran."""
+    calls: list[bool] = []
+    real = _blas._gemm_stack
+
+    def spy(*args: Any) -> bool:
+        done = real(*args)
+        calls.append(done)
+        return done
+
+    monkeypatch.setattr(_blas, "_gemm_stack", spy)
+    return calls
+
+
+def _stack(rng: np.random.Generator, shape: tuple[int, ...], dtype: type, transposed: bool = False) -> np.ndarray:
+    if transposed:  # the same values, stored with the last two axes swapped
+        return np.ascontiguousarray(rng.standard_normal(shape).astype(dtype).swapaxes(-1, -2)).swapaxes(-1, -2)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@batch_available
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "layout", ["rows", "a transposed", "b transposed", "b shared", "4-D", "head split", "out strided", "out given"]
+)
+def test_batched_product_matches_numpy(dtype: type, layout: str, batched_calls: list[bool]) -> None:
+    rng = np.random.default_rng(3)
+    lead = (2, 3) if layout == "4-D" else (8,)
+    a = _stack(rng, (*lead, 160, 96), dtype, transposed=layout == "a transposed")
+    b = _stack(rng, (*lead, 96, 200), dtype, transposed=layout == "b transposed")
+    out = None
+    if layout == "b shared":
+        b = b[0]
+    if layout == "head split":  # attention's heads: a (batch, heads, seq, size) view of packed rows
+        packed = rng.standard_normal((1, 160, 8 * 96)).astype(dtype)
+        a = packed.reshape(1, 160, 8, 96).transpose(0, 2, 1, 3)
+        b = _stack(rng, (1, 8, 96, 200), dtype)
+    if layout == "out strided":
+        wide = np.full((8, 160, 230), 7.0, dtype)
+        out = wide[:, :, 10:210]
+    if layout == "out given":
+        out = np.empty((8, 160, 200), dtype)
+    want = np.matmul(a, b)
+    got = _blas.stacked_matmul(np, a, b, out)
+    assert batched_calls == [True]
+    if out is not None:
+        assert got is out
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 10)
+    if layout == "out strided":  # the columns around the slice are untouched
+        assert np.all(wide[:, :, :10] == 7.0) and np.all(wide[:, :, 210:] == 7.0)
+
+
+@batch_available
+@pytest.mark.parametrize(
+    "case",
+    [
+        "small products",  # at most 100^3 multiply-adds each: OpenBLAS's batch would crash
+        "small stack",  # too little work in all to wake a second thread
+        "one product",
+        "float16",
+        "unmergeable leading axes",
+        "broadcast leading axes",
+        "out overlaps a",
+    ],
+)
+def test_numpy_route_where_the_batch_cannot_go(case: str, batched_calls: list[bool]) -> None:
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((16, 160, 96)).astype(np.float32)
+    b = rng.standard_normal((16, 96, 200)).astype(np.float32)
+    out = None
+    if case == "small products":
+        a, b = a[:, :64, :64], b[:, :64, :64]
+    if case == "small stack":
+        a, b = a[:2, :128, :64], b[:2, :64, :128]
+    if case == "one product":
+        a, b = a[:1], b[:1]
+    if case == "float16":
+        a, b = a.astype(np.float16), b.astype(np.float16)
+    if case == "unmergeable leading axes":
+        a = rng.standard_normal((4, 4, 160, 96)).astype(np.float32).transpose(1, 0, 2, 3)
+        b = rng.standard_normal((4, 4, 96, 200)).astype(np.float32)
+    if case == "broadcast leading axes":
+        a = rng.standard_normal((4, 4, 160, 96)).astype(np.float32)
+        b = rng.standard_normal((1, 4, 96, 200)).astype(np.float32)
+    if case == "out overlaps a":  # the product written over its own left operand
+        a = rng.standard_normal((16, 200, 200)).astype(np.float32)
+        b = rng.standard_normal((16, 200, 200)).astype(np.float32)
+        want = np.matmul(a, b)
+        got = _blas.stacked_matmul(np, a, b, a)
+        assert got is a and True not in batched_calls
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+        return
+    want = np.matmul(a, b)
+    got = _blas.stacked_matmul(np, a, b, out)
+    assert True not in batched_calls
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@batch_available
+def test_out_sharing_a_buffer_with_a_goes_to_numpy(batched_calls: list[bool]) -> None:
+    rng = np.random.default_rng(5)
+    buf = rng.standard_normal((16, 200, 400)).astype(np.float32)
+    a, out = buf[:, :, :200], buf[:, :, 200:]  # disjoint columns of one buffer
+    b = rng.standard_normal((16, 200, 200)).astype(np.float32)
+    want = np.matmul(a, b)
+    got = _blas.stacked_matmul(np, a, b, out)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    assert batched_calls == [False]  # may_share_memory is bounds-based: BLAS is not trusted here
+
+
+def test_switch_off_keeps_numpy(monkeypatch: pytest.MonkeyPatch, batched_calls: list[bool]) -> None:
+    monkeypatch.setattr(_blas, "batching_enabled", False)
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((8, 160, 96)).astype(np.float32)
+    b = rng.standard_normal((8, 96, 200)).astype(np.float32)
+    np.testing.assert_allclose(_blas.stacked_matmul(np, a, b), np.matmul(a, b), rtol=1e-5)
+    assert batched_calls == []
+
+
+def test_version_gate_refuses_unknown_openblas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A version whose small-matrix threshold was not checked here keeps numpy's matmul."""
+    monkeypatch.setattr(_blas, "_batch_routines", {})
+    monkeypatch.setattr(_blas, "_openblas_config", lambda: "OpenBLAS 0.3.40 USE64BITINT DYNAMIC_ARCH")
+    assert _blas._batch_routine(np.dtype(np.float32)) is None
+    monkeypatch.setattr(_blas, "_batch_routines", {})
+    monkeypatch.setattr(_blas, "_openblas_config", lambda: "")
+    assert _blas._batch_routine(np.dtype(np.float64)) is None
