@@ -129,6 +129,10 @@ CONV_CASES = [
     ("tap_sum_7x7_in_groups_of_taps", (1, 28, 12, 11), (3, 28, 7, 7), 1, [1, 1], [3, 2, 3, 4], [1, 1]),
     ("tap_sum_dilated_asymmetric", (1, 20, 10, 9), (5, 20, 3, 2), 1, [1, 1], [2, 0, 1, 3], [2, 3]),
     ("tap_sum_unpadded_5x5", (2, 12, 8, 9), (3, 12, 5, 5), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
+    # Pads wider than the kernel reaches: output rows longer than a row and its zero columns,
+    # output rows past the image at both ends (every tap misses some of them).
+    ("tap_sum_pads_beyond_reach", (1, 16, 5, 6), (3, 16, 3, 3), 1, [1, 1], [4, 3, 5, 4], [1, 1]),
+    ("tap_sum_one_row", (2, 16, 1, 7), (4, 16, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f4", (1, 128, 27, 29), (128, 128, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f4_odd_asymmetric", (1, 128, 29, 27), (136, 128, 3, 3), 1, [1, 1], [0, 1, 2, 0], [1, 1]),
     ("winograd_f2", (2, 192, 10, 11), (192, 192, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
