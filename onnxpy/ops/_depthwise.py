@@ -26,8 +26,10 @@ import numpy as np
 from ._derived import derived
 from ._spatial import strided_view
 
-# Output values per block for the bias and activation passes (128 KiB of float32: in L2).
-_BLOCK_VALUES = 32768
+# Output values per block for the bias and activation passes (512 KiB of float32: in L2).
+# Each block costs two numpy calls: against 128 KiB blocks MobileNet-v2 ran 1.0% faster
+# (24/40 paired runs), whole outputs 1.4-1.7% faster; ShuffleNet unchanged (AMD EPYC, 1 MB L2).
+_BLOCK_VALUES = 1 << 17
 
 
 def tiled_rows(v: np.ndarray, rows: int, cols: int, width: int, dtype: np.dtype) -> np.ndarray:
