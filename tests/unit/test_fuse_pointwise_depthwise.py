@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxpy
+from onnxpy.ops import _depthwise
 from onnxpy.ops.fused import fused_conv, pointwise_depthwise_conv
 from onnxpy.optimizer.manager import optimize
 from onnxpy.runtime.compile import build_graph
@@ -120,10 +121,27 @@ def test_fuses_with_activations_that_keep_zero(act: tuple[str, dict[str, Any]] |
     ],
     ids=["s2", "s2-even", "asym", "5x5", "pads>kernel", "same-upper", "1x3", "s2-phased", "s2-phased-asym"],
 )
-def test_depthwise_geometries(dw_attrs: dict[str, Any], kernel: tuple[int, int], shape: tuple[int, ...]) -> None:
+@pytest.mark.parametrize("gemm_over", ["bordered", "inside"])
+def test_depthwise_geometries(
+    dw_attrs: dict[str, Any],
+    kernel: tuple[int, int],
+    shape: tuple[int, ...],
+    gemm_over: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both ways of running the 1x1 GEMM: over the zero-bordered map (its ones channel zero in
+    the border), or over the input positions only and copied inside a zeroed border (small
+    maps, ``_pointwise_dense``); phased inputs always take the first."""
+    calls: list[int] = []
+    dense = _depthwise._pointwise_dense
+    monkeypatch.setattr(_depthwise, "_DENSE_BORDER", float("inf") if gemm_over == "bordered" else 0.0)
+    monkeypatch.setattr(_depthwise, "_pointwise_dense", lambda *a: calls.append(1) or dense(*a))
     model = _model(shape=shape, dw_attrs=dw_attrs, dw_kernel=kernel)
     assert optimized_op_counts(model) == {"PointwiseDepthwiseConv": 1}
     _check(model, shape)
+    out_width = 28 if shape[3] > 50 else 1  # the two phased cases have rows of 28+ outputs, the rest fewer
+    phased = _depthwise._phased(dw_attrs.get("strides", [1, 1]), kernel[1], out_width)
+    assert bool(calls) == (gemm_over == "inside" and not phased)
 
 
 @pytest.mark.parametrize("groups", [2, 4])
