@@ -141,8 +141,8 @@ def transpose_into(src: np.ndarray, dst: np.ndarray) -> bool:
 # numpy's matmul on a stack calls ?gemm once per matrix, and OpenBLAS splits each small product
 # over its threads (a fork and a join per matrix). ?gemm_batch_strided hands whole products to
 # the threads instead: Winograd's 36 x (196 x 64 @ 64 x 80) 740 -> 575 us, 36 x (64 x 64 @ 64 x
-# 448) 2.6 -> 1.4 ms (both alone, hot). In the models: Inception v2 -3.9%, VGG-19 -3.1%,
-# ResNet-50 -2.2%, Inception v1 -2.3% (paired runs).
+# 448) 2.6 -> 1.4 ms (both alone, hot). In the models (paired runs): Inception v2 -2 to -4%,
+# VGG-19 -3.1%, ResNet-50 -2.2 to -2.5%, AlexNet -2.3%; Inception v1 and DenseNet within noise.
 #
 # Products of at most 100^3 multiply-adds take OpenBLAS's "small matrix" kernels, whose lookup
 # crashes (a jump to address 0x160) in the DYNAMIC_ARCH builds numpy ships (OpenBLAS 0.3.31).
@@ -241,7 +241,8 @@ def stacked_matmul(xp: Any, a: Any, b: Any, out: Any = None) -> Any:
     """``xp.matmul(a, b, out=out)``. On the host, a stack of float32/float64 products (equal
     leading shapes, or 2-D weights shared by the stack) large enough to gain goes to OpenBLAS
     in one batched call."""
-    if xp is np and batching_enabled and isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.ndim >= 3:
+    host = xp is np and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+    if host and batching_enabled and a.ndim >= 3 and b.ndim >= 2:
         m, k = a.shape[-2:]
         n = b.shape[-1]
         count = math.prod(a.shape[:-2])
