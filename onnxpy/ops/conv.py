@@ -585,18 +585,24 @@ def _winograd_tile(
     On the host, layers of 49-196 tiles run channels-last (``_winograd_cl.py``), whose
     transforms cost less: there F(4x4) on maps of 27x27 and more, and F(2x2) on smaller ones,
     win from 32 input channels (Inception v2's 28x28 layers of 64-96 channels 2.4% and its 14x14
-    ones 3.7% of the model, in alternating rounds; Inception v1's neutral). Elsewhere (and on a
+    ones 3.7% of the model, in alternating rounds; Inception v1's neutral), and F(4x4) up to
+    M = 3C (see below). Elsewhere (and on a
     GPU), the NCHW path: on maps of 48x48 and more F(4x4) wins from 64 channels, on 27x27 to
     47x47 from 128 (in a model the
     weights come cold from memory, and F(4x4)'s transformed weights are 4x the raw ones). Below
     that only wide layers (>= 192 input channels) gain, and F(2x2) wastes fewer positions on
     small maps than F(4x4)'s 4x4 tiles.
     """
-    if k != [3, 3] or strides != [1, 1] or dilations != [1, 1] or m > 2 * c:
+    if k != [3, 3] or strides != [1, 1] or dilations != [1, 1] or m > 3 * c:
         return 0
     large = out[0] * out[1] >= 27 * 27
-    if host and c >= 32 and winograd_cl.pays(out, 4 if large else 2):
+    # Channels-last F(4x4) also takes up to 3x more output than input channels (Inception v1 and
+    # v2's 64 -> 192 at 56x56: 4.1 -> 2.6 ms alone, each model -2.6 to -4.1%, paired runs both
+    # ways round); 4x (SqueezeNet's expands) was 1% slower.
+    if host and c >= 32 and winograd_cl.pays(out, 4 if large else 2) and (m <= 2 * c or large):
         return 4 if large else 2
+    if m > 2 * c:
+        return 0
     if large:
         return 4 if c >= (64 if out[0] * out[1] >= 48 * 48 else 128) else 0
     # Below 10x10 the 2x2 tiles waste more (7x7: 16 tiles for 12.25) and the transforms weigh

@@ -135,6 +135,7 @@ CONV_CASES = [
     ("tap_sum_one_row", (2, 16, 1, 7), (4, 16, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f4", (1, 128, 27, 29), (128, 128, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f4_odd_asymmetric", (1, 128, 29, 27), (136, 128, 3, 3), 1, [1, 1], [0, 1, 2, 0], [1, 1]),
+    ("winograd_f4_three_times_wider", (1, 32, 28, 28), (96, 32, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f2", (2, 192, 10, 11), (192, 192, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f2_unpadded_odd", (1, 400, 11, 11), (96, 400, 3, 3), 1, [1, 1], [0, 2, 1, 0], [1, 1]),
     # A narrow map (output width < 10): plain im2col rather than the padded width.
@@ -495,6 +496,10 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 96, [14, 14]) == 2
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 128, [10, 10]) == 0
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 48, 192, [13, 13]) == 0  # M > 2C
+    # M = 3C on a large map: channels-last F(4x4) on the host only; 4C stays direct.
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 192, [56, 56]) == 4
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 192, [56, 56], host=False) == 0
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 32, 128, [27, 27]) == 0
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 128, [28, 28]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 128, 32, [28, 28]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 512, 512, [7, 7]) == 0  # cold weights: im2col
