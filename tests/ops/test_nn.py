@@ -343,9 +343,12 @@ def _lrn_reference(x: np.ndarray, size: int, alpha: float, beta: float, bias: fl
 
 @pytest.mark.parametrize("beta", [0.75, 0.5, 1.0, 0.6])
 @pytest.mark.parametrize("size", [5, 4, 33])  # 33: wider than the shifted-add path takes
-def test_lrn_blocked_path_across_blocks(size: int, beta: float) -> None:
-    # 64 channels x 1600 positions: more than one block of positions (the host path's blocks
-    # hold 1024 positions at 64 channels); values of mixed magnitude, as after a ReLU'd conv.
+def test_lrn_blocked_path_across_blocks(size: int, beta: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 64 channels x 1600 positions: more than one block of positions (with blocks of 65,536
+    # values, 1024 positions at 64 channels); values of mixed magnitude, as after a ReLU'd conv.
+    from onnxpy.ops import nn as nn_ops
+
+    monkeypatch.setattr(nn_ops, "_LRN_BLOCK_VALUES", 65536)
     rng = np.random.default_rng(17)
     x = (rng.standard_normal((2, 64, 40, 40)) * rng.uniform(0.1, 30, (1, 64, 1, 1))).astype(np.float32)
     attrs = dict(size=size, alpha=1e-4, beta=beta, bias=1.0)
