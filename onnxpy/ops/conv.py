@@ -586,12 +586,11 @@ def _winograd_tile(
     transforms cost less: there F(4x4) on maps of 27x27 and more, and F(2x2) on smaller ones,
     win from 32 input channels (Inception v2's 28x28 layers of 64-96 channels 2.4% and its 14x14
     ones 3.7% of the model, in alternating rounds; Inception v1's neutral), and F(4x4) up to
-    M = 3C (see below). Elsewhere (and on a
-    GPU), the NCHW path: on maps of 48x48 and more F(4x4) wins from 64 channels, on 27x27 to
-    47x47 from 128 (in a model the
-    weights come cold from memory, and F(4x4)'s transformed weights are 4x the raw ones). Below
-    that only wide layers (>= 192 input channels) gain, and F(2x2) wastes fewer positions on
-    small maps than F(4x4)'s 4x4 tiles.
+    M = 3C (see below). Elsewhere (and on a GPU), the NCHW path: on maps of 48x48 and more F(4x4)
+    wins from 64 channels, on 27x27 to 47x47 from 128 (in a model the weights come cold from
+    memory, and F(4x4)'s transformed weights are 4x the raw ones). Below that only wide layers
+    (>= 192 input channels) gain, and F(2x2) wastes fewer positions on small maps than F(4x4)'s
+    4x4 tiles.
     """
     if k != [3, 3] or strides != [1, 1] or dilations != [1, 1] or m > 3 * c:
         return 0
