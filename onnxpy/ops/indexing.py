@@ -17,6 +17,7 @@ def _check_indices(xp: Any, indices: Any, dim: int, what: str, axis: int | None 
     """Indices as int64 with negatives wrapped; out-of-range ones raise naming the bad value."""
     if indices.dtype.kind not in "iu":
         raise TypeError(f"{what}: indices must be integers, got {indices.dtype}")
+    lo = 0
     if indices.size:
         lo = int(indices.min())
         hi = int(indices.max())
@@ -27,7 +28,7 @@ def _check_indices(xp: Any, indices: Any, dim: int, what: str, axis: int | None 
                 f"{what}: index {bad} is out of bounds for {where} of size {dim} (valid: [{-dim}, {dim - 1}])"
             )
     idx = indices.astype(np.int64, copy=False)
-    if indices.dtype.kind == "i":
+    if lo < 0:  # wrap negatives only where there are any (three passes saved in the usual case)
         idx = xp.where(idx < 0, idx + dim, idx)
     return idx
 
@@ -70,6 +71,21 @@ def _apply(xp: Any, out: Any, index: tuple[Any, ...], updates: Any, reduction: s
 @op("Gather", 1)
 def gather(xp: Any, data: Any, indices: Any, *, axis: int = 0) -> Any:
     axis = normalize_axis(axis, data.ndim)
+    if xp is np and indices.ndim == 0 and indices.dtype.kind in "iu":
+        # One index (BERT's pooler takes token 0): a basic-indexing copy, no index arrays.
+        i, dim = int(indices), data.shape[axis]
+        if not -dim <= i < dim:
+            raise IndexError(
+                f"Gather: index {i} is out of bounds for axis {axis} of size {dim} (valid: [{-dim}, {dim - 1}])"
+            )
+        return data[(slice(None),) * axis + (i,)].copy()
+    if xp is np and indices.dtype.kind in "iu":
+        # numpy's take wraps negative indices and raises for out-of-range ones itself: the
+        # checked path (two reductions) runs only to name the bad index.
+        try:
+            return np.take(data, indices, axis=axis)
+        except IndexError:
+            pass
     idx = _check_indices(xp, indices, data.shape[axis], "Gather", axis)
     return xp.take(data, idx, axis=axis)
 

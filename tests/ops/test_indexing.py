@@ -37,7 +37,15 @@ def test_gather_negative_indices(axis: int) -> None:
 def test_gather_scalar_and_empty_indices() -> None:
     x = _f(3, 4)
     vs_ort("Gather", {"x": x, "i": np.array(2, np.int64)}, {"y": F}, axis=0)
+    vs_ort("Gather", {"x": x, "i": np.array(-1, np.int64)}, {"y": F}, axis=1)
+    vs_ort("Gather", {"x": x, "i": np.array(-3, np.int32)}, {"y": F}, axis=0)
     vs_ort("Gather", {"x": x, "i": np.zeros((0,), np.int64)}, {"y": F}, axis=1)
+
+
+@pytest.mark.parametrize("bad", [4, -5])
+def test_gather_scalar_index_out_of_range_raises(bad: int) -> None:
+    msg = run_error("Gather", {"x": _f(3, 4), "i": np.array(bad, np.int64)}, {"y": F}, axis=1, opset=13)
+    assert "IndexError" in msg and f"index {bad}" in msg and "size 4" in msg and "axis 1" in msg
 
 
 @pytest.mark.parametrize("op", ["Gather", "GatherElements"])
