@@ -237,6 +237,25 @@ def _gemm_stack(a: np.ndarray, b: np.ndarray, out: np.ndarray, count: int) -> bo
     return True
 
 
+def batches(a: Any, b: Any) -> bool:
+    """Whether ``stacked_matmul`` would send the float32/float64 host stack ``a @ b`` to
+    OpenBLAS in one batched call (by sizes and this OpenBLAS; layouts aside)."""
+    if not (batching_enabled and isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.ndim >= 3):
+        return False
+    if a.dtype not in (np.float32, np.float64) or b.ndim < 2:
+        return False
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    count = math.prod(a.shape[:-2])
+    size = m * n * k
+    return (
+        count >= 2
+        and size > _BATCH_MIN_MNK
+        and count * size >= _BATCH_MIN_TOTAL
+        and _batch_routine(a.dtype) is not None
+    )
+
+
 def stacked_matmul(xp: Any, a: Any, b: Any, out: Any = None) -> Any:
     """``xp.matmul(a, b, out=out)``. On the host, a stack of float32/float64 products (equal
     leading shapes, or 2-D weights shared by the stack) large enough to gain goes to OpenBLAS

@@ -167,3 +167,26 @@ def test_bad_head_shape_names_the_input() -> None:
     feeds = _feeds(model)
     with pytest.raises(Exception, match="query reshaped to \\[2, 5, 8\\], expected 4 dimensions"):
         onnxpy.InferenceSession(model.SerializeToString()).run(None, feeds)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_context_comes_back_in_sequence_memory_order(batched: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel writes the per-head context in (batch, seq, heads, size) memory, so the
+    exporter's head merge (Transpose<0,2,1,3>, Reshape) is a view; a stack the batched OpenBLAS
+    call takes keeps the plain (batch, heads, seq, size) layout. Values equal either way."""
+    from onnxpy.ops import fused_attention
+
+    monkeypatch.setattr(fused_attention, "batches", lambda a, b: batched)
+    rng = np.random.default_rng(3)
+    b, s, h, d = 2, 7, 3, 5
+    q, k, v = (rng.standard_normal((b, s, h * d)).astype(np.float32) for _ in range(3))
+    shape = np.array([0, 0, h, d], np.int64)
+    context = fused_attention.attention(np, q, k, v, shape, shape, shape, scale=0.5)
+    qh, kh, vh = (t.reshape(b, s, h, d).transpose(0, 2, 1, 3) for t in (q, k, v))
+    scores = qh @ kh.transpose(0, 1, 3, 2) * np.float32(0.5)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    np.testing.assert_allclose(context, probs @ vh, rtol=1e-5, atol=1e-6)
+    merged = context.transpose(0, 2, 1, 3)
+    assert merged.flags.c_contiguous is not batched
+    assert context.flags.c_contiguous is batched
