@@ -238,20 +238,23 @@ def _gemm_stack(a: np.ndarray, b: np.ndarray, out: np.ndarray, count: int) -> bo
 
 
 def batches(a: Any, b: Any) -> bool:
-    """Whether ``stacked_matmul`` would send the float32/float64 host stack ``a @ b`` to
-    OpenBLAS in one batched call (by sizes and this OpenBLAS; layouts aside)."""
-    if not (batching_enabled and isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.ndim >= 3):
+    """Whether the host stack ``a @ b`` is one ``stacked_matmul`` sends to OpenBLAS in one
+    batched call: float32/float64 operands of one dtype whose shapes match (equal leading
+    shapes, or 2-D ``b`` shared by the stack), products and a stack large enough to gain, and
+    this OpenBLAS (the layouts are checked by the call itself)."""
+    if not (batching_enabled and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
         return False
-    if a.dtype not in (np.float32, np.float64) or b.ndim < 2:
+    if a.ndim < 3 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
         return False
     m, k = a.shape[-2:]
     n = b.shape[-1]
     count = math.prod(a.shape[:-2])
-    size = m * n * k
     return (
         count >= 2
-        and size > _BATCH_MIN_MNK
-        and count * size >= _BATCH_MIN_TOTAL
+        and m * n * k > _BATCH_MIN_MNK
+        and count * m * n * k >= _BATCH_MIN_TOTAL
+        and (b.ndim == 2 or b.shape[:-2] == a.shape[:-2])
+        and b.shape[-2] == k
         and _batch_routine(a.dtype) is not None
     )
 
@@ -260,23 +263,10 @@ def stacked_matmul(xp: Any, a: Any, b: Any, out: Any = None) -> Any:
     """``xp.matmul(a, b, out=out)``. On the host, a stack of float32/float64 products (equal
     leading shapes, or 2-D weights shared by the stack) large enough to gain goes to OpenBLAS
     in one batched call."""
-    host = xp is np and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
-    if host and batching_enabled and a.ndim >= 3 and b.ndim >= 2:
-        m, k = a.shape[-2:]
-        n = b.shape[-1]
-        count = math.prod(a.shape[:-2])
-        if (
-            count >= 2
-            and m * n * k > _BATCH_MIN_MNK
-            and count * m * n * k >= _BATCH_MIN_TOTAL
-            and (b.ndim == 2 or b.shape[:-2] == a.shape[:-2])
-            and b.shape[-2] == k
-            and a.dtype == b.dtype
-            and a.dtype in (np.float32, np.float64)
-        ):
-            shape = (*a.shape[:-1], n)
-            y = np.empty(shape, a.dtype) if out is None else out
-            usable = isinstance(y, np.ndarray) and y.shape == shape and y.dtype == a.dtype and y.flags.writeable
-            if usable and _gemm_stack(a, b, y, count):
-                return y
+    if xp is np and batches(a, b):
+        shape = (*a.shape[:-1], b.shape[-1])
+        y = np.empty(shape, a.dtype) if out is None else out
+        usable = isinstance(y, np.ndarray) and y.shape == shape and y.dtype == a.dtype and y.flags.writeable
+        if usable and _gemm_stack(a, b, y, math.prod(a.shape[:-2])):
+            return y
     return xp.matmul(a, b, out=out)
