@@ -12,6 +12,7 @@ from ..ir.graph import Graph, topological_sort
 from .passes import (
     chain_concat,
     channels_last_output,
+    common_subexpressions,
     constant_folding,
     eliminate,
     fold_batchnorm,
@@ -34,7 +35,7 @@ Pass = Callable[[Graph], bool]
 
 # Like onnxruntime's levels: basic = semantics-preserving cleanups, extended = fusions into
 # onnxpy's own fused kernels, layout = nothing yet.
-BASIC: list[Pass] = [constant_folding.run, eliminate.run]
+BASIC: list[Pass] = [constant_folding.run, eliminate.run, common_subexpressions.run]
 EXTENDED: list[Pass] = [
     fold_batchnorm.run,
     fuse_activation.run,
