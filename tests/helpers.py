@@ -207,3 +207,21 @@ def check_optimized(
         np.testing.assert_allclose(g, p, rtol=rtol, atol=atol)
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
     return got
+
+
+def assert_optimized_matches(model: onnx.ModelProto, feeds: dict[str, Any], rtol: float, atol: float) -> None:
+    """Run ``model`` unoptimized and fully optimized on onnxpy and on onnxruntime; assert the
+    optimized outputs match both within (rtol, atol)."""
+    import onnxruntime as ort
+
+    import onnxpy
+
+    plain_opts = onnxpy.SessionOptions()
+    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    data = model.SerializeToString()
+    plain = onnxpy.InferenceSession(data, plain_opts).run(None, feeds)
+    got = onnxpy.InferenceSession(data).run(None, feeds)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, p, w in zip(got, plain, want, strict=True):
+        np.testing.assert_allclose(g, p, rtol=rtol, atol=atol)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)

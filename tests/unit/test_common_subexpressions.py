@@ -8,13 +8,11 @@ import collections
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper
 
-import onnxpy
 from onnxpy.optimizer.passes import common_subexpressions
 from onnxpy.runtime.compile import build_graph
-from tests.helpers import make_model, vinfo
+from tests.helpers import assert_optimized_matches, make_model, vinfo
 
 F, B = TensorProto.FLOAT, TensorProto.BOOL
 
@@ -26,15 +24,7 @@ def _ops_after(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
-    plain_opts = onnxpy.SessionOptions()
-    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
-    data = model.SerializeToString()
-    plain = onnxpy.InferenceSession(data, plain_opts).run(None, feeds)
-    got = onnxpy.InferenceSession(data).run(None, feeds)
-    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    for g, p, w in zip(got, plain, want, strict=True):
-        np.testing.assert_allclose(g, p, rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+    assert_optimized_matches(model, feeds, rtol=1e-6, atol=1e-7)
 
 
 def _mask_model() -> onnx.ModelProto:

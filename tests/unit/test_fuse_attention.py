@@ -9,14 +9,13 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 import onnxpy
 from onnxpy.optimizer.manager import optimize
 from onnxpy.runtime.compile import build_graph
-from tests.helpers import make_model, vinfo
+from tests.helpers import assert_optimized_matches, make_model, vinfo
 
 HEADS, SIZE = 2, 4
 F = TensorProto.FLOAT
@@ -108,15 +107,7 @@ def _fused_ops(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _check_numbers(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
-    plain_opts = onnxpy.SessionOptions()
-    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
-    data = model.SerializeToString()
-    plain = onnxpy.InferenceSession(data, plain_opts).run(None, feeds)
-    fused = onnxpy.InferenceSession(data).run(None, feeds)
-    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    for f, p, w in zip(fused, plain, want):
-        np.testing.assert_allclose(f, p, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(f, w, rtol=1e-5, atol=1e-6)
+    assert_optimized_matches(model, feeds, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("style", ["sdpa", "hf", "plain"])
