@@ -263,7 +263,7 @@ def stacked_matmul(xp: Any, a: Any, b: Any, out: Any = None) -> Any:
     """``xp.matmul(a, b, out=out)``. On the host, a stack of float32/float64 products (equal
     leading shapes, or 2-D weights shared by the stack) large enough to gain goes to OpenBLAS
     in one batched call."""
-    if xp is np and batches(a, b):
+    if xp is np and getattr(a, "ndim", 0) >= 3 and batches(a, b):  # ndim first: 2-D products skip the call
         shape = (*a.shape[:-1], b.shape[-1])
         y = np.empty(shape, a.dtype) if out is None else out
         usable = isinstance(y, np.ndarray) and y.shape == shape and y.dtype == a.dtype and y.flags.writeable
