@@ -45,7 +45,20 @@ def test_smoke_run_on_the_tiny_mlp(tmp_path: Path) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     r = subprocess.run(
-        [sys.executable, str(BENCH), "--models", "tiny_mlp", "--repeat", "2", "--min-repeat", "1", "--json", str(out)],
+        [
+            sys.executable,
+            str(BENCH),
+            "--models",
+            "tiny_mlp",
+            "--repeat",
+            "2",
+            "--min-repeat",
+            "1",
+            "--mlp-calls",
+            "2",
+            "--json",
+            str(out),
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         timeout=300,
@@ -106,3 +119,18 @@ def test_batch_8_only_where_the_batch_axis_is_free(bench: ModuleType, tmp_path: 
     path = tmp_path / "mlp.onnx"
     onnx.save(bench.tiny_mlp(), str(path))
     assert bench.free_batch_axis(str(path))
+
+
+def test_tiny_mlp_gets_its_floor_of_timed_calls(bench: ModuleType, tmp_path: Path) -> None:
+    """Per-call overhead needs many calls: --mlp-calls raises the MLP's timed calls above
+    --repeat, and only the MLP's (another model keeps --repeat)."""
+    import argparse
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(bench.tiny_mlp(), str(path))
+    args = argparse.Namespace(seq=8, seed=0, opt_level="all", threads=0, repeat=2, min_repeat=1, budget=6.0)
+    args.mlp_calls = 30
+    mlp = bench.measure(bench.ModelEntry("tiny_mlp", "mlp", str(path)), 1, args)
+    other = bench.measure(bench.ModelEntry("same_model_as_light", "light", str(path)), 1, args)
+    assert (mlp.status, other.status) == ("ok", "ok")
+    assert mlp.runs == 30 and other.runs == 2
