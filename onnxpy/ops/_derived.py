@@ -29,6 +29,13 @@ def derived(sources: tuple[Any, ...], tag: tuple[Any, ...], build: Callable[[], 
         hit = _CACHE.get(key)
         if hit is not None and hit[0][0]() is only:
             return hit[1]  # type: ignore[no-any-return]
+    elif len(sources) == 2:
+        # [W | b] and friends (a bias-augmented 1x1 convolution's weights, every call).
+        first, second = sources
+        key = (id(first), id(second), *tag)
+        hit = _CACHE.get(key)
+        if hit is not None and hit[0][0]() is first and hit[0][1]() is second:
+            return hit[1]  # type: ignore[no-any-return]
     else:
         key = (*(id(s) for s in sources), *tag)
         hit = _CACHE.get(key)

@@ -96,7 +96,7 @@ def conv_nd(
     x = x.astype(cdt, copy=False)
     w = w.astype(cdt, copy=False)
     bias = None if b is None else b.astype(cdt, copy=False)
-    begin, _, out, k, strides, dilations, group = geo
+    begin, _, out, k, strides, dilations, group = geo[:7]
     m = w.shape[0]
     if into is not None and (into.shape != (x.shape[0], m, *out) or into.dtype != cdt):
         raise ValueError(
@@ -135,13 +135,13 @@ def _accumulate(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any) -> b
     """``into += conv(x)`` as one GEMM adding into ``into`` (BLAS beta = 1, ``_blas``), the bias
     a row of W against a row of ones, for one image and group 1: 1x1 convolutions of NCHW input
     and those the plain im2col takes. False, ``into`` untouched, for every other case."""
-    begin, end, out, k, strides, dilations, group = geo
+    begin, end, out, k, strides, dilations, group = geo[:7]
     n, c = x.shape[:2]
     m = w.shape[0]
     o = math.prod(out)
     if xp is np and n == 1 and group == 1 and o and not is_channels_last(x):
         cols = None
-        if all(kk == 1 for kk in k) and not any(begin) and not any(end) and all(s == 1 for s in strides):
+        if geo.pointwise:
             if b is None:
                 if gemm_accumulate(w.reshape(m, c), x.reshape(c, o), into.reshape(m, o)):
                     return True
@@ -150,8 +150,9 @@ def _accumulate(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any) -> b
                 cols[:c] = x.reshape(c, o)
                 cols[c] = 1
         elif len(k) == 2 and not _tap_sum_pays(strides, c, m) and not _winograd_tile(k, strides, dilations, c, m, out):
-            ext = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
-            view = windows_view(xp, pad_input(xp, x, begin, end, out, ext, strides, 0), k, strides, dilations, out)
+            view = windows_view(
+                xp, pad_input(xp, x, begin, end, out, geo.extent, strides, 0), k, strides, dilations, out
+            )
             kk = math.prod(k)
             cols = np.empty((c * kk + (b is not None), o), dtype=x.dtype)
             cols[: c * kk].reshape(c, *k, *out)[...] = view[0].transpose(0, 3, 4, 1, 2)
@@ -209,12 +210,17 @@ def _checked_geometry(
     # Pads and dilations size the padded copy and the output: check before allocating.
     check_alloc([n, c, *(s + b + e for s, b, e in zip(x.shape[2:], begin, end))], x.dtype, ctx, "Conv (padded input)")
     check_alloc([n, m, *out], x.dtype, ctx, "Conv (output)")
-    return _Geometry(begin, end, out, k, strides, dilations, group), compute_dtype(x.dtype)
+    pointwise = all(kk == 1 for kk in k) and not any(begin) and not any(end) and all(st == 1 for st in strides)
+    extent = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
+    geo = _Geometry(begin, end, out, k, strides, dilations, group, pointwise, extent)
+    return geo, compute_dtype(x.dtype)
 
 
 class _Geometry(NamedTuple):
     """Where the windows of one convolution sit: pads before/after, output size, kernel,
-    strides, dilations (per spatial axis) and the group count."""
+    strides, dilations (per spatial axis) and the group count; then two facts derived from
+    them once per node (the memo), not on every call: whether it is a plain 1x1 convolution
+    (no padding, stride 1) and each kernel axis's extent with its dilation."""
 
     begin: list[int]
     end: list[int]
@@ -223,21 +229,22 @@ class _Geometry(NamedTuple):
     strides: list[int]
     dilations: list[int]
     group: int
+    pointwise: bool
+    extent: list[int]
 
 
 def _conv_shuffled(
     xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, g: int, epilogue: Callable[[Any], Any] | None
 ) -> Any:
     """The convolution with its output channels shuffled over ``g`` groups (see conv_nd)."""
-    begin, end, out, k, strides, _, group = geo
+    begin, end, out, k, strides, _, group = geo[:7]
     n, c = x.shape[:2]
     m = w.shape[0]
     o = math.prod(out)
     res = xp.empty((n, m, *out), dtype=x.dtype)
     # pre[:, a * m/g + j] lands in res[:, j * g + a]: through this view it is written in order.
     pre = res.reshape(n, m // g, g, o).transpose(0, 2, 1, 3)  # (n, g, m/g, o)
-    pointwise = all(kk == 1 for kk in k) and not any(begin) and not any(end) and all(st == 1 for st in strides)
-    if xp is np and pointwise and group == g and n * o:
+    if xp is np and geo.pointwise and group == g and n * o:
         # The grouped GEMM's result blocks are exactly the shuffle's source groups: BLAS writes
         # each group's rows with a row stride of g rows, and no copy is made. (numpy only:
         # CuPy's matmul is not known to write into strided outputs in place.) A channels-last
@@ -264,15 +271,15 @@ def _conv_dispatch(
 ) -> Any:
     """The convolution paths other than channels-last depthwise, in ``x``'s (compute) dtype;
     those that can write their result into ``into`` (see conv_nd) do."""
-    begin, end, out, k, strides, dilations, group = geo
+    begin, end, out, k, strides, dilations, group = geo[:7]
     nd = len(k)
     n, c = x.shape[:2]
     m = w.shape[0]
     cg, mg = c // group, m // group
     cdt = x.dtype
-    ext = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
+    ext = geo.extent
     o = math.prod(out)
-    pointwise = all(kk == 1 for kk in k) and not any(begin) and not any(end) and all(s == 1 for s in strides)
+    pointwise = geo.pointwise
     tile = _winograd_tile(k, strides, dilations, c, m, out, xp is np) if nd == 2 and group == 1 and n * o else 0
     if tile and _tap_sum_pays(strides, c, m):
         tile = 0
@@ -290,7 +297,7 @@ def _conv_dispatch(
     elif all(kk == 1 for kk in k):
         # 1x1: Y[n, g] = W[g] @ X[n, g] over flattened spatial positions; strides and pads only
         # select / zero-extend the positions first.
-        if any(begin) or any(end) or any(s != 1 for s in strides):
+        if not pointwise:
             x = pad_input(xp, x, begin, end, out, ext, strides, 0)
             x = x[window_slices([0] * nd, dilations, strides, out)]
         elif group == 1 and is_channels_last(x):
