@@ -30,6 +30,7 @@ def _model(
     reader_pads: int = 0,
     fetch_middle: bool = False,
     residual: bool = False,
+    shuffle: bool = False,
 ) -> onnx.ModelProto:
     """A depthwise 3x3 convolution with a bias, read by a (grouped) convolution, then ReLU."""
     rng = np.random.default_rng(group * 10 + reader_kernel)
@@ -50,6 +51,15 @@ def _model(
     if residual:
         nodes.append(helper.make_node("Add", ["p", "z"], ["pz"]))
         last = "pz"
+    if shuffle:  # ShuffleNet's channel shuffle after the reader, which folds into it later
+        inits["split"] = np.array([1, group, M // group, HW, HW], np.int64)
+        inits["merge"] = np.array([1, M, HW, HW], np.int64)
+        nodes += [
+            helper.make_node("Reshape", [last, "split"], ["s5"]),
+            helper.make_node("Transpose", ["s5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+            helper.make_node("Reshape", ["t5", "merge"], ["sh"]),
+        ]
+        last = "sh"
     nodes.append(helper.make_node("Relu", [last], ["y"]))
     outputs = [vinfo("y", F, None)]
     if second_reader:
@@ -96,6 +106,13 @@ def test_a_reader_without_bias_gets_one() -> None:
     model = _model(reader_bias=False)
     changed, graph = _folded(model)
     assert changed and len(_conv(graph, "wp").inputs) == 3
+    assert_optimized_matches(model, _feeds(model), rtol=1e-5, atol=1e-5)
+
+
+def test_a_shuffled_reader_keeps_the_bias_in_its_own_order() -> None:
+    # The reader's bias is in its output order before the shuffle; the fused kernel permutes it.
+    model = _model(group=4, shuffle=True)
+    assert _folded(model)[0]
     assert_optimized_matches(model, _feeds(model), rtol=1e-5, atol=1e-5)
 
 
