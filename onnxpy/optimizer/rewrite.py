@@ -113,6 +113,24 @@ def is_conv(node: Node | None) -> bool:
     )
 
 
+def pointwise_reader(graph: Graph, node: Node | None, src: str, group_one: bool = False) -> bool:
+    """``node`` is a Conv / FusedConv reading ``src`` once, as X, with a constant floating 1x1
+    kernel and no padding (of group 1 with ``group_one``). Its bias, residual and activation come
+    after the product, so a rewrite of what X holds per channel may fold into its weights and
+    bias."""
+    if node is None or not is_conv(node) or not node.inputs or node.inputs[0] != src:
+        return False
+    if node.inputs.count(src) != 1 or len(node.inputs) < 2:
+        return False
+    w = constant(graph, node.inputs[1])
+    if w is None or w.dtype.kind != "f" or w.ndim < 3 or any(d != 1 for d in w.shape[2:]):
+        return False
+    if group_one and int(node.attrs.get("group", 1)) != 1:
+        return False
+    # A 1x1 kernel needs no padding under any auto_pad; explicit pads must be zero.
+    return not any(int(p) for p in node.attrs.get("pads", []) or [])
+
+
 def constant(graph: Graph, name: str) -> np.ndarray | None:
     """The value of ``name`` if it is an initializer that no caller can override."""
     if name and name in graph.initializers and name not in graph.inputs:

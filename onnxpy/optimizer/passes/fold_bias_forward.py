@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep, constant, is_conv
+from ..rewrite import FUSED_DOMAIN, Sweep, constant, is_conv, pointwise_reader
 from .fold_batchnorm import _conv_wb, _set_conv_wb
 
 
@@ -31,20 +31,6 @@ def _bias_only_conv(graph: Graph, node: Node) -> np.ndarray | None:
     return b if b is not None and b.dtype.kind == "f" and b.ndim == 1 else None
 
 
-def _pointwise_reader(graph: Graph, node: Node | None, src: str) -> bool:
-    """``node`` is a Conv / FusedConv reading ``src`` once, as X, with a constant 1x1 kernel and
-    no padding (any group count; its bias, residual and activation come after the product)."""
-    if node is None or not is_conv(node) or not node.inputs or node.inputs[0] != src:
-        return False
-    if node.inputs.count(src) != 1 or len(node.inputs) < 2:
-        return False
-    w = constant(graph, node.inputs[1])
-    if w is None or w.dtype.kind != "f" or w.ndim < 3 or any(d != 1 for d in w.shape[2:]):
-        return False
-    # A 1x1 kernel needs no padding under any auto_pad; explicit pads must be zero.
-    return not any(int(p) for p in node.attrs.get("pads", []) or [])
-
-
 def run(graph: Graph) -> bool:
     sweep = Sweep(graph)
     uses = sweep.uses
@@ -56,7 +42,7 @@ def run(graph: Graph) -> bool:
             continue
         out = node.outputs[0]
         reader = uses.only_reader(out)  # None for a graph output too
-        if reader is None or not _pointwise_reader(graph, reader, out) or not sweep.fresh(reader):
+        if reader is None or not pointwise_reader(graph, reader, out) or not sweep.fresh(reader):
             continue
         wb = _conv_wb(graph, reader)
         if wb is None:

@@ -19,24 +19,8 @@ import numpy as np
 
 from ...ir.graph import Graph, Node
 from ...model import dtypes
-from ..rewrite import FUSED_DOMAIN, Sweep, constant, is_conv
+from ..rewrite import FUSED_DOMAIN, Sweep, constant, pointwise_reader
 from .fold_batchnorm import _conv_wb, _set_conv_wb
-
-
-def _pointwise_conv(graph: Graph, node: Node | None, src: str) -> bool:
-    """``node`` is a Conv / FusedConv reading ``src`` as X with a constant 1x1 kernel, group 1 and
-    no padding (its bias, residual and activation come after the product, so any are fine)."""
-    if node is None or not node.inputs or node.inputs[0] != src:
-        return False
-    if not is_conv(node):
-        return False
-    w = constant(graph, node.inputs[1]) if len(node.inputs) > 1 else None
-    if w is None or w.dtype.kind != "f" or w.ndim < 3 or any(d != 1 for d in w.shape[2:]):
-        return False
-    if int(node.attrs.get("group", 1)) != 1:
-        return False
-    # A 1x1 kernel needs no padding under any auto_pad; explicit pads must be zero.
-    return not any(int(p) for p in node.attrs.get("pads", []) or [])
 
 
 def run(graph: Graph) -> bool:
@@ -49,7 +33,7 @@ def run(graph: Graph) -> bool:
             continue
         out = node.outputs[0]
         conv = uses.only_reader(out)
-        if not _pointwise_conv(graph, conv, out) or not sweep.fresh(conv):
+        if not pointwise_reader(graph, conv, out, group_one=True) or not sweep.fresh(conv):
             continue
         k, s = constant(graph, node.inputs[1]), constant(graph, node.inputs[2])
         wb = _conv_wb(graph, conv)
