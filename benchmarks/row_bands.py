@@ -31,8 +31,6 @@ blocks of ten calls in one process.
 from __future__ import annotations
 
 import argparse
-import ctypes
-import glob
 import subprocess
 import sys
 import time
@@ -49,17 +47,13 @@ sys.path.insert(0, str(REPO))
 import onnxpy  # noqa: E402
 from onnxpy.ops import _depthwise as depthwise  # noqa: E402
 from onnxpy.ops import fused  # noqa: E402
+from onnxpy.runtime.threads import blas_threads  # noqa: E402
 
 DEFAULT_MODEL = REPO.parent / "shared" / "models" / "mobilenet_v2.onnx"
 SMALL = 7  # maps of at most this many rows are split by channels
 PARTS = 2
 CLIP6 = fused._epilogue(np, "Clip", [0.0, 6.0])
 Sync = Callable[[], None]
-
-
-def blas_threads(n: int) -> None:
-    lib = glob.glob(np.__path__[0] + "/../numpy.libs/libscipy_openblas*")[0]
-    ctypes.CDLL(lib).scipy_openblas_set_num_threads64_(ctypes.c_int(n))
 
 
 def split(n: int, part: int) -> tuple[int, int]:
@@ -260,8 +254,11 @@ class Barrier:
 
 def helper(model: str, name: str) -> None:
     """The second process: waits for a run number, computes part 1, reports it done."""
-    blas_threads(1)
-    md = Model(model)
+    with blas_threads(1):
+        _serve(Model(model), name)
+
+
+def _serve(md: Model, name: str) -> None:
     shm = shared_memory.SharedMemory(name=name)
     # The creating process unlinks the memory; Python 3.11's tracker would do it on our exit too.
     resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
@@ -301,13 +298,12 @@ def measure(md: Model, shm: shared_memory.SharedMemory, model: str, seconds: flo
         runs = [0]
 
         def bands() -> np.ndarray:
-            blas_threads(1)
-            runs[0] += 1
-            flags[0] = runs[0]
-            forward(md, arrays, 0, Barrier(flags, 2, 3, runs[0] * 1000))
-            while flags[1] != runs[0]:
-                pass
-            blas_threads(2)
+            with blas_threads(1):  # OpenBLAS single-threaded in both processes while split
+                runs[0] += 1
+                flags[0] = runs[0]
+                forward(md, arrays, 0, Barrier(flags, 2, 3, runs[0] * 1000))
+                while flags[1] != runs[0]:
+                    pass
             return arrays[-1]
 
         want = md.session.run(None, {name: x})[0][0]
