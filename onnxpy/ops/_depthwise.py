@@ -216,12 +216,18 @@ def _pointwise_dense(
 _CHUNK_VALUES = 5600
 
 
-@functools.lru_cache(maxsize=256)
 def _row_chunk(ow: int, c: int) -> int:
     """The largest divisor q of ``ow`` with q * c <= _CHUNK_VALUES (at least 1)."""
+    # The budget is part of the cache key: a module-level change (a test, a tuning run) must
+    # not be answered from a chunk cached under the old budget.
+    return _row_chunk_within(ow, c, _CHUNK_VALUES)
+
+
+@functools.lru_cache(maxsize=256)
+def _row_chunk_within(ow: int, c: int, budget: int) -> int:
     best = 1
     for q in range(1, ow + 1):
-        if ow % q == 0 and q * c <= _CHUNK_VALUES:
+        if ow % q == 0 and q * c <= budget:
             best = q
     return best
 
