@@ -1,0 +1,159 @@
+"""A split schedule: for one set of input shapes, which steps run in bands, where each value
+they share lives in the arena, and where the two processes must meet.
+
+Built once per input signature from a traced run of the plan (the shapes and layouts every
+step saw) and sent to the helper as plain data, so both processes walk the same actions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...planner.plan import ABSENT, DISCARD, ExecutionPlan
+from .geometry import RowRule, halves, read_rows, row_rule
+
+#: byte alignment of each value in the arena (a cache line)
+ALIGN = 64
+
+
+@dataclass(frozen=True)
+class Traced:
+    """What one value was in the traced run."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    #: an NCHW view of channels-last memory: its slot keeps that layout for its readers
+    channels_last: bool
+
+
+@dataclass(frozen=True)
+class Slot:
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+    channels_last: bool
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Action:
+    """What happens at one plan step."""
+
+    #: the step's band rule; None: this process runs it whole and the helper skips it
+    band: RowRule | None
+    #: both processes meet before the step (one reads rows the other wrote since they last met)
+    barrier: bool
+    #: outputs of a whole step that band steps read later: copied into their slots
+    publish: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Schedule:
+    slots: dict[int, Slot]
+    #: arena bytes the slots need
+    size: int
+    #: fed values band steps read: copied into their slots when a run starts
+    feeds: tuple[int, ...]
+    actions: tuple[Action, ...]
+    #: the helper's last writes are read only after the last step: meet once more
+    final_barrier: bool
+
+    @property
+    def banded(self) -> int:
+        return sum(1 for a in self.actions if a.band is not None)
+
+
+def build_schedule(
+    plan: ExecutionPlan, values: dict[int, Traced], steps: dict[int, tuple[list[Any], list[Any]]], fed: set[int]
+) -> Schedule | None:
+    """The schedule for a run like the traced one: ``values`` (value id -> what it was),
+    ``steps`` (step index -> input and output shapes), ``fed`` (ids the caller fed). None when
+    no step can run in bands."""
+    constant = {i for i in plan.constants if i not in fed}
+    rules: dict[int, RowRule] = {}
+    for st in plan.steps:
+        if st.index not in steps or any(o in (ABSENT, DISCARD) for o in st.outputs):
+            continue
+        if any(i not in constant and i != ABSENT and i not in values for i in st.inputs):
+            continue  # an input that is not an array (a sequence, an optional left empty)
+        ins, outs = steps[st.index]
+        rule = row_rule((st.domain, st.op_type), st.fn, ins, outs, [i in constant for i in st.inputs])
+        if rule is not None:
+            rules[st.index] = rule
+    if not rules:
+        return None
+
+    shared: set[int] = set()
+    for st in plan.steps:
+        if st.index in rules:
+            shared.update(i for i in st.inputs if i != ABSENT and i not in constant)
+            shared.update(st.outputs)
+    slots = {}
+    offset = 0
+    for vid in sorted(shared):
+        t = values[vid]
+        slot = Slot(offset, t.shape, t.dtype, t.channels_last)
+        slots[vid] = slot
+        offset += -(-slot.nbytes // ALIGN) * ALIGN
+
+    # Walk the steps as both processes will, tracking the rows each wrote since they last met.
+    written: dict[int, list[tuple[int, int, int]]] = {}  # value id -> [(process, r0, r1)]
+
+    def rows_of(vid: int) -> int:
+        shape = slots[vid].shape
+        return shape[-2] if len(shape) >= 2 else 1
+
+    feeds = tuple(sorted(v for v in fed if v in shared))
+    for vid in feeds:
+        written[vid] = [(0, 0, rows_of(vid))]
+    actions = []
+    for st in plan.steps:
+        rule = rules.get(st.index)
+        meet = False
+        if rule is not None:
+            out_rows = slots[st.outputs[0]].shape[2]
+            for proc, (o0, o1) in enumerate(halves(out_rows)):
+                for pos, vid in enumerate(st.inputs):
+                    if vid in slots:
+                        need = read_rows(rule, pos, o0, o1, rows_of(vid))
+                        meet = meet or _clashes(written.get(vid, ()), proc, need)
+        else:
+            meet = any(_clashes(written.get(vid, ()), 0, None) for vid in st.inputs if vid in slots)
+        if meet:
+            written.clear()
+        publish: tuple[int, ...] = ()
+        if rule is not None:
+            mine, theirs = halves(slots[st.outputs[0]].shape[2])
+            for vid in st.outputs:
+                written[vid] = [(0, *mine), (1, *theirs)]
+        else:
+            publish = tuple(v for v in st.outputs if v in slots)
+            for vid in publish:
+                written[vid] = [(0, 0, rows_of(vid))]
+        actions.append(Action(rule, meet, publish))
+    final = any(p == 1 for w in written.values() for p, _, _ in w)
+    return Schedule(slots, offset, feeds, tuple(actions), final)
+
+
+def _clashes(writes: Any, reader: int, rows: tuple[int, int] | None) -> bool:
+    """Whether process ``reader`` reading ``rows`` (None: all) of a value could see rows the
+    other process wrote since they last met."""
+    for proc, r0, r1 in writes:
+        if proc != reader and r1 > r0 and (rows is None or (rows[0] < r1 and r0 < rows[1])):
+            return True
+    return False
+
+
+def slot_view(buf: Any, base: int, slot: Slot) -> np.ndarray:
+    """The value's array in the arena ``buf`` (slots start at byte ``base``), in its layout."""
+    dtype = np.dtype(slot.dtype)
+    if slot.channels_last and len(slot.shape) == 4:
+        n, c, h, w = slot.shape
+        return np.ndarray((n, h, w, c), dtype, buf, base + slot.offset).transpose(0, 3, 1, 2)
+    return np.ndarray(slot.shape, dtype, buf, base + slot.offset)

@@ -1,0 +1,109 @@
+"""Row bands of plan steps: which steps have them and which input rows a band reads."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from onnxpy.ops.conv import conv_nd
+from onnxpy.runtime.split.geometry import FUSED, halves, read_rows, row_rule, window_rows
+
+
+def _kernel(**keywords: object) -> functools.partial:
+    return functools.partial(lambda *a, **k: None, np, **keywords)
+
+
+def test_a_padded_3x3_convolution_reads_one_halo_row_each_side() -> None:
+    conv = _kernel(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1])
+    rule = row_rule(("", "Conv"), conv, [(1, 8, 16, 16), (4, 8, 3, 3)], [(1, 4, 16, 16)], [False, True])
+    assert rule is not None and rule.reads == ("window", "whole")
+    # the top half: the image's top pad, one real row below the band
+    assert window_rows(rule, 0, 8, 16) == (0, 9, 1, 0)
+    # the bottom half: one real row above, the image's bottom pad
+    assert window_rows(rule, 8, 16, 16) == (7, 16, 0, 1)
+
+
+def test_strided_and_dilated_windows() -> None:
+    conv = _kernel(kernel_shape=[3, 3], pads=[2, 0, 2, 0], strides=[2, 2], dilations=[2, 2])
+    # (20 + 4 - 4 - 1) // 2 + 1 = 10 output rows
+    rule = row_rule(("", "Conv"), conv, [(1, 3, 20, 9), (5, 3, 3, 3)], [(1, 5, 10, 3)], [False, True])
+    assert rule is not None
+    # output rows [5, 10): first tap row 5*2-2 = 8, last 9*2-2+4 = 20 -> [8, 21) clamped to 20
+    assert window_rows(rule, 5, 10, 20) == (8, 20, 0, 1)
+    assert read_rows(rule, 0, 5, 10, 20) == (8, 20)
+    assert read_rows(rule, 1, 5, 10, 20) is None
+
+
+@pytest.mark.parametrize(
+    ("h", "k", "s", "d", "p"),
+    [(16, 3, 1, 1, 1), (17, 3, 2, 1, 1), (15, 5, 2, 1, 2), (19, 3, 1, 2, 2), (12, 1, 1, 1, 0)],
+)
+def test_two_bands_of_a_convolution_make_the_whole(h: int, k: int, s: int, d: int, p: int) -> None:
+    """The rows rule checked against the kernel itself: each band computed from its input rows
+    with its own pads, stacked, equals the whole convolution."""
+    rng = np.random.default_rng(h + k)
+    x = rng.standard_normal((1, 3, h, 11)).astype(np.float32)
+    w = rng.standard_normal((4, 3, k, k)).astype(np.float32)
+    attrs = {"kernel_shape": [k, k], "strides": [s, s], "dilations": [d, d], "pads": [p, 1, p, 1]}
+    whole = conv_nd(np, x, w, **attrs)
+    rule = row_rule(("", "Conv"), _kernel(**attrs), [x.shape, w.shape], [whole.shape], [False, True])
+    assert rule is not None
+    parts = []
+    for o0, o1 in halves(whole.shape[2]):
+        i0, i1, top, bottom = window_rows(rule, o0, o1, h)
+        parts.append(conv_nd(np, x[:, :, i0:i1], w, **{**attrs, "pads": [top, 1, bottom, 1]}))
+    np.testing.assert_allclose(np.concatenate(parts, axis=2), whole, rtol=1e-5, atol=1e-5)
+
+
+def test_a_fused_residual_is_read_at_the_output_rows() -> None:
+    conv = _kernel(kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])
+    shapes = [(1, 8, 10, 10), (4, 8, 1, 1), (4,), (1, 4, 10, 10)]
+    rule = row_rule((FUSED, "FusedConv"), conv, shapes, [(1, 4, 10, 10)], [False, True, True, False])
+    assert rule is not None and rule.reads == ("window", "whole", "whole", "rows")
+
+
+def test_position_steps_read_rows_and_broadcast_operands_whole() -> None:
+    relu = _kernel()
+    shapes = [(1, 4, 12, 12), (1, 4, 1, 1), (12,), (4, 12, 12)]
+    rule = row_rule(("", "Add"), relu, shapes, [(1, 4, 12, 12)])
+    assert rule is not None and rule.reads == ("rows", "whole", "whole", "rows")
+    assert read_rows(rule, 3, 6, 12, 12) == (6, 12)
+
+
+@pytest.mark.parametrize(
+    ("op", "kernel", "ins", "outs"),
+    [
+        # too few rows to be worth halving
+        (("", "Conv"), _kernel(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), [(1, 8, 7, 7), (8, 8, 3, 3)], [(1, 8, 7, 7)]),
+        # padding computed at run time
+        (
+            ("", "Conv"),
+            _kernel(kernel_shape=[3, 3], auto_pad="SAME_UPPER"),
+            [(1, 8, 16, 16), (8, 8, 3, 3)],
+            [(1, 8, 16, 16)],
+        ),
+        # ceil_mode changes the last window
+        (("", "MaxPool"), _kernel(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), [(1, 8, 16, 16)], [(1, 8, 8, 8)]),
+        # MaxPool's indices are positions in the whole input
+        (("", "MaxPool"), _kernel(kernel_shape=[2, 2], strides=[2, 2]), [(1, 8, 16, 16)], [(1, 8, 8, 8), (1, 8, 8, 8)]),
+        # a 1-D convolution
+        (("", "Conv"), _kernel(kernel_shape=[3], pads=[1, 1]), [(1, 8, 16), (8, 8, 3)], [(1, 8, 16)]),
+        # concatenation along the rows themselves
+        (("", "Concat"), _kernel(axis=2), [(1, 8, 8, 8), (1, 8, 8, 8)], [(1, 8, 16, 8)]),
+        # an input whose rows are neither the output's nor broadcast
+        (("", "Add"), _kernel(), [(1, 8, 16, 16), (1, 8, 4, 16)], [(1, 8, 16, 16)]),
+        # an operator without a rule
+        (("", "Softmax"), _kernel(axis=1), [(1, 8, 16, 16)], [(1, 8, 16, 16)]),
+    ],
+)
+def test_steps_without_bands(op: tuple[str, str], kernel: object, ins: list, outs: list) -> None:
+    assert row_rule(op, kernel, ins, outs, [False] * len(ins)) is None
+
+
+def test_the_traced_geometry_must_match_the_rule() -> None:
+    # 16 input rows, 3x3 window, no pads: 14 output rows; a trace claiming 16 is refused
+    conv = _kernel(kernel_shape=[3, 3], pads=[0, 0, 0, 0])
+    assert row_rule(("", "Conv"), conv, [(1, 2, 16, 16), (2, 2, 3, 3)], [(1, 2, 16, 14)], [False, True]) is None
+    assert row_rule(("", "Conv"), conv, [(1, 2, 16, 16), (2, 2, 3, 3)], [(1, 2, 14, 14)], [False, True]) is not None
