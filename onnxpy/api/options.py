@@ -52,6 +52,8 @@ CONFIG_KEYS = {
     "session.max_allocation_bytes": "byte budget for one data-dependent allocation (ConstantOfShape, Expand, Tile...)",
     "session.check_nan_inf": "'1': raise at the first node whose output holds NaN or Inf, naming the node",
     "session.debug_level": "'1' prints each node as it runs, '2' also its values' shapes and statistics",
+    "session.split_processes": "'1' (Linux x86-64, 2+ cores): convolutions, pools and per-position steps run as "
+    "two halves of rows, in this process and in a forked helper process",
 }
 
 

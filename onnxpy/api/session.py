@@ -10,6 +10,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,8 @@ from ..runtime.compiled import CompiledGraph
 from ..runtime.executor import execute
 from ..runtime.facts import SessionFacts
 from ..runtime.memory import keep_freed_memory, release_free_memory
+from ..runtime.split import runner as split_runner
+from ..runtime.split.runner import SplitRunner
 from .errors import Fail, InvalidArgument, InvalidGraph, OnnxpyError
 from .options import RunOptions, SessionOptions
 from .ortvalue import OrtValue, as_host_array
@@ -146,6 +149,14 @@ class InferenceSession:
         self._value_names = frozenset(base.defined_names())
         self._opset = dict(base.opsets)
         self._facts = SessionFacts.from_options(opts)
+        self._split: SplitRunner | None = None
+        if self._facts.config.get(split_runner.CONFIG_KEY, "0") == "1":
+            why_not = split_runner.supported()
+            if why_not is None:
+                self._split = SplitRunner(None)
+                weakref.finalize(self, self._split.close)
+            else:
+                warnings.warn(f"{split_runner.CONFIG_KEY} is ignored: {why_not}", RuntimeWarning, stacklevel=3)
         self._set_providers(providers, provider_options, base)
         del base
         release_free_memory()
@@ -353,10 +364,23 @@ class InferenceSession:
         feed_ids = plan.feed_ids
         try:
             with np.errstate(all="ignore"):
-                out = execute(plan, {feed_ids[n]: v for n, v in input_feed.items()})
+                out = None
+                if self._split is not None:
+                    out = self._split_runner(plan).run({feed_ids[n]: v for n, v in input_feed.items()})
+                if out is None:
+                    out = execute(plan, {feed_ids[n]: v for n, v in input_feed.items()})
         except RecursionError as e:
             raise InvalidGraph(f"the model nests too deeply to run: {e}") from e
         return [self._to_user(v, input_feed) for v in out]
+
+    def _split_runner(self, plan: Any) -> SplitRunner:
+        """The row-split runner of ``plan`` (a new plan, after set_providers, starts afresh)."""
+        split = self._split
+        assert split is not None
+        if split.plan is not plan:
+            split.close()
+            split.reset(plan)
+        return split
 
     def run_with_ort_values(
         self,

@@ -1,0 +1,255 @@
+"""Row-split runs of a plan, session side.
+
+The first run with a new input signature runs the plan as usual, traced: the shapes and
+layouts every step saw make the schedule (``schedule.py``). Later runs with that signature
+run split: this process walks the plan, computing the top half of each band step's rows and
+every other step whole; the helper process (``helper.py``) computes the bottom halves. OpenBLAS
+runs one thread in each process meanwhile (two processes, two cores).
+
+Anything wrong with the helper (it died, failed, or stopped answering) turns the feature off
+for the session and the run is redone in one process, so a caller sees the same results and
+errors either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import platform
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from ...planner.plan import ExecutionPlan
+from ..executor import _run_step, execute
+from ..threads import blas_threads
+from . import helper
+from .bands import Bands
+from .geometry import halves
+from .schedule import Schedule, Traced, build_schedule
+
+log = logging.getLogger("onnxpy")
+
+#: the session config key that turns row-split runs on ("1")
+CONFIG_KEY = "session.split_processes"
+
+
+def supported() -> str | None:
+    """Why row-split runs cannot work here, or None when they can: they need fork (Linux),
+    x86-64's ordering of stores (a counter is seen after the data written before it), and a
+    second core."""
+    if not hasattr(os, "fork") or platform.system() != "Linux":
+        return "it needs Linux's fork"
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"its barriers rely on x86-64's store ordering, not {platform.machine()}'s"
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if cores < 2:
+        return "this process may use only one core"
+    return None
+
+
+class SplitRunner:
+    def __init__(self, plan: ExecutionPlan | None) -> None:
+        self.reset(plan)
+        # One split run at a time: a run from a second thread meanwhile goes the plain way.
+        self._busy = threading.Lock()
+
+    def reset(self, plan: ExecutionPlan | None) -> None:
+        """Serve ``plan`` from now on (no helper yet: it is forked at the first split run)."""
+        self.plan = plan
+        self.schedules: dict[tuple[Any, ...], Schedule | None] = {}
+        self._ids: dict[int, int] = {}  # id(schedule) -> number the helper knows it by
+        self._bands: dict[int, Bands] = {}
+        self.disabled = False
+        self._pid = 0
+        self._fd = -1
+        self._arena: mmap.mmap | None = None
+        self._control: memoryview | None = None
+        self._sent: set[int] = set()
+
+    def run(self, feeds: dict[int, np.ndarray]) -> list[Any] | None:
+        """The fetched values of a run, or None when this run is left to the plain executor."""
+        if self.disabled or not self._busy.acquire(blocking=False):
+            return None
+        try:
+            return self._run(feeds)
+        finally:
+            self._busy.release()
+
+    def _run(self, feeds: dict[int, np.ndarray]) -> list[Any] | None:
+        signature = tuple((i, a.shape, a.dtype.str) for i, a in feeds.items())
+        if signature not in self.schedules:
+            out, schedule = self._traced(feeds)
+            self.schedules[signature] = schedule
+            return out
+        schedule = self.schedules[signature]
+        if schedule is None:
+            return None
+        try:
+            self._ready(schedule)
+        except OSError as e:
+            self._give_up(f"the helper process could not start ({e})")
+            return None
+        try:
+            with blas_threads(1):
+                return self._run_split(schedule, feeds)
+        except helper.HelperLost as e:
+            self._give_up(str(e))
+            return None
+        except Exception as e:  # noqa: BLE001 - the plain run reports a real error properly
+            self._give_up(f"a split run failed ({type(e).__name__}: {e})")
+            return None
+        except BaseException:
+            self.close()  # interrupted mid-run: the helper may wait at a barrier; a new one next time
+            raise
+
+    # -- tracing -------------------------------------------------------------------------------
+
+    def _traced(self, feeds: dict[int, np.ndarray]) -> tuple[list[Any], Schedule | None]:
+        values: dict[int, Traced] = {}
+        steps: dict[int, tuple[list[Any], list[Any]]] = {}
+        for vid, a in feeds.items():
+            values[vid] = _traced(a)
+
+        class Observer:
+            def before(self, plan: ExecutionPlan, step: Any, vals: list[Any]) -> Any:
+                return [getattr(vals[i], "shape", None) for i in step.inputs]
+
+            def after(self, plan: ExecutionPlan, step: Any, token: Any, vals: list[Any]) -> None:
+                outs = []
+                for i in step.outputs:
+                    v = vals[i]
+                    if isinstance(v, np.ndarray):
+                        values[i] = _traced(v)
+                        outs.append(v.shape)
+                    else:
+                        outs.append(None)
+                steps[step.index] = (token, outs)
+
+        out = execute(self.plan, feeds, observer=Observer())
+        schedule = build_schedule(self.plan, values, steps, set(feeds))
+        if schedule is not None:
+            log.info("split schedule: %d of %d steps in row halves", schedule.banded, len(self.plan.steps))
+        return out, schedule
+
+    # -- the helper ----------------------------------------------------------------------------
+
+    def _ready(self, schedule: Schedule) -> None:
+        """A live helper over an arena large enough for ``schedule``, which knows it."""
+        need = helper.CONTROL_BYTES + schedule.size
+        if self._pid and (self._arena is None or len(self._arena) < need):
+            self.close()
+        if not self._pid:
+            size = max(need, max((helper.CONTROL_BYTES + s.size for s in self.schedules.values() if s), default=0))
+            self._arena = mmap.mmap(-1, size, flags=mmap.MAP_SHARED)
+            self._control = memoryview(self._arena).cast("q")
+            self._bands.clear()
+            self._sent.clear()
+            self._pid, self._fd = helper.start(self.plan, self._arena)
+        sid = self._ids.setdefault(id(schedule), len(self._ids))
+        if sid not in self._sent:
+            helper.send(self._fd, ("schedule", sid, schedule))
+            self._sent.add(sid)
+            self._bands[sid] = Bands(self.plan, schedule, self._arena, helper.CONTROL_BYTES)
+
+    def _check(self) -> Any:
+        control, pid = self._control, self._pid
+        started = [0.0]
+
+        def check(spins: int) -> None:
+            assert control is not None
+            if control[helper.HELPER_FAILED]:
+                raise helper.HelperLost("the helper process failed")
+            if spins == 1024:
+                started[0] = time.monotonic()
+            elif spins & 0xFFFF == 0:
+                if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                    self._pid = 0  # reaped
+                    raise helper.HelperLost("the helper process died")
+                if time.monotonic() - started[0] > helper.WAIT_LIMIT_S:
+                    raise helper.HelperLost(f"the helper process did not answer for {helper.WAIT_LIMIT_S:.0f} s")
+
+        return check
+
+    def _give_up(self, why: str) -> None:
+        log.warning("onnxpy: row-split runs are off for this session: %s", why)
+        self.disabled = True
+        self.close()
+
+    def close(self) -> None:
+        """Stop the helper (it holds nothing but copies and the shared arena)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._pid:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+                os.waitpid(self._pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self._pid = 0
+        self._bands.clear()
+        self._sent.clear()
+        self._control = None
+        self._arena = None  # the mmap goes when the last view of it does
+
+    # -- a split run ---------------------------------------------------------------------------
+
+    def _run_split(self, schedule: Schedule, feeds: dict[int, np.ndarray]) -> list[Any]:
+        plan = self.plan
+        sid = self._ids[id(schedule)]
+        bands = self._bands[sid]
+        views = bands.views
+        assert self._control is not None
+        meet = helper.Meeting(self._control, helper.MAIN_COUNT, helper.HELPER_COUNT, self._check())
+        helper.send(self._fd, ("run", sid))
+        values = plan.template.copy()
+        for vid, a in feeds.items():
+            values[vid] = a
+        for vid in schedule.feeds:
+            views[vid][...] = feeds[vid]
+        slots = schedule.slots
+        for step, action in zip(plan.steps, schedule.actions):
+            if action.barrier:
+                meet()
+            rule = action.band
+            if rule is not None:
+                o0, o1 = halves(slots[step.outputs[0]].shape[2])[0]
+                bands.run(step, rule, o0, o1)
+                for vid in step.outputs:
+                    values[vid] = views[vid]
+            else:
+                _run_step(step, values)
+                for vid in action.publish:
+                    views[vid][...] = values[vid]
+            for i in step.release:
+                values[i] = None
+        if schedule.final_barrier:
+            meet()
+        arena = self._arena
+        assert arena is not None
+        return [_owned(values[i], arena) for i in plan.fetch_ids]
+
+
+def _traced(a: np.ndarray) -> Traced:
+    from ...ops._layout import is_channels_last
+
+    return Traced(a.shape, a.dtype.str, a.ndim == 4 and bool(is_channels_last(a)))
+
+
+def _owned(value: Any, arena: mmap.mmap) -> Any:
+    """A fetched value, copied out if it lies in the arena (the next run overwrites it)."""
+    if isinstance(value, np.ndarray) and value.size:
+        base = value
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        if base is arena:
+            return value.copy()
+    return value

@@ -1,0 +1,209 @@
+"""session.split_processes: spatial steps in two halves of rows, here and in a forked helper.
+
+The results must equal a plain session's on every run, and nothing about the helper (its
+death, a failure, the session's end) may hang a run, change a result or leave a process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxpy
+from onnxpy.runtime.split import runner as split_runner
+from tests.helpers import LIGHT_DIR, make_model, randomize_weights, shared_models, vinfo
+
+pytestmark = pytest.mark.skipif(
+    split_runner.supported() is not None, reason=f"row-split runs need this machine to have: {split_runner.supported()}"
+)
+
+KEY = "session.split_processes"
+
+
+def _cnn() -> onnx.ModelProto:
+    """Every kind of band step: a padded 3x3 convolution, a strided one, pools, a 1x1
+    convolution with a residual, channel concatenation, and a head that runs whole."""
+    rng = np.random.default_rng(0)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+    inits = {
+        "w1": w(8, 3, 3, 3), "b1": w(8), "w2": w(16, 8, 3, 3), "b2": w(16),
+        "w3": w(16, 16, 1, 1), "b3": w(16), "wd": w(16, 1, 3, 3), "wf": w(10, 32), "bf": w(10),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("MaxPool", ["c2"], ["p2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["p2", "w3", "b3"], ["c3"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["c3", "p2"], ["a3"]),
+        helper.make_node("Conv", ["a3", "wd"], ["d3"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=16),
+        helper.make_node("Sigmoid", ["d3"], ["s3"]),
+        helper.make_node("Concat", ["s3", "a3"], ["cat"], axis=1),
+        helper.make_node("AveragePool", ["cat"], ["ap"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["ap"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1),
+    ]
+    return make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [vinfo("y", TensorProto.FLOAT, None), vinfo("cat", TensorProto.FLOAT, None)],
+        inits,
+        opset=17,
+    )
+
+
+def _sessions(model: onnx.ModelProto | str) -> tuple[onnxpy.InferenceSession, onnxpy.InferenceSession]:
+    data = model if isinstance(model, str) else model.SerializeToString()
+    opts = onnxpy.SessionOptions()
+    opts.add_session_config_entry(KEY, "1")
+    return onnxpy.InferenceSession(data, opts), onnxpy.InferenceSession(data)
+
+
+def _assert_same(split: list[np.ndarray], plain: list[np.ndarray]) -> None:
+    assert len(split) == len(plain)
+    for a, b in zip(split, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_split_runs_match_a_plain_session_run_after_run() -> None:
+    split, plain = _sessions(_cnn())
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        x = rng.standard_normal((1, 3, 32, 30)).astype(np.float32)
+        _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
+    runner = split._split
+    assert runner is not None and not runner.disabled and runner._pid > 0
+    (schedule,) = runner.schedules.values()
+    assert schedule is not None
+    ops = [s.op_type for s, a in zip(runner.plan.steps, schedule.actions) if a.band is not None]
+    # the convolutions, pools and position steps of 8+ row maps run in halves; the head whole
+    assert "MaxPool" in ops or "FusedMaxPool" in ops
+    assert all(op not in ("Gemm", "GlobalAveragePool", "Flatten", "FusedGemm") for op in ops)
+
+
+def test_fetched_values_are_the_callers_own() -> None:
+    """A fetched band output lives in the shared arena during the run: the caller gets a copy,
+    which the next run does not overwrite."""
+    split, plain = _sessions(_cnn())
+    x1 = np.random.default_rng(2).standard_normal((1, 3, 24, 24)).astype(np.float32)
+    x2 = np.random.default_rng(3).standard_normal((1, 3, 24, 24)).astype(np.float32)
+    split.run(None, {"x": x1})  # traced
+    first = split.run(None, {"x": x1})
+    kept = [a.copy() for a in first]
+    split.run(None, {"x": x2})
+    _assert_same(first, kept)
+    assert all(a.flags.writeable for a in first)
+
+
+def test_each_input_shape_gets_its_own_schedule() -> None:
+    split, plain = _sessions(_cnn())
+    rng = np.random.default_rng(4)
+    shapes = [(1, 3, 32, 32), (2, 3, 20, 26), (1, 3, 64, 16), (1, 3, 32, 32), (2, 3, 20, 26), (1, 3, 9, 9)]
+    for shape in shapes * 2:
+        x = rng.standard_normal(shape).astype(np.float32)
+        _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
+    assert split._split is not None and len(split._split.schedules) == 4 and not split._split.disabled
+
+
+def test_a_dead_helper_turns_the_feature_off_and_the_run_is_still_right(caplog: pytest.LogCaptureFixture) -> None:
+    split, plain = _sessions(_cnn())
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = plain.run(None, {"x": x})
+    split.run(None, {"x": x})
+    split.run(None, {"x": x})
+    runner = split._split
+    assert runner is not None and runner._pid > 0
+    os.kill(runner._pid, signal.SIGKILL)
+    time.sleep(0.05)
+    with caplog.at_level(logging.WARNING, logger="onnxpy"):
+        got = split.run(None, {"x": x})
+    _assert_same(got, want)
+    assert runner.disabled and runner._pid == 0
+    assert any("row-split runs are off" in r.getMessage() for r in caplog.records)
+    _assert_same(split.run(None, {"x": x}), want)
+
+
+def test_a_failing_helper_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception in the helper's half (here injected into the forked copy's kernel calls)
+    reaches the session as a failed helper, not as a hang or a wrong result."""
+    from onnxpy.runtime.split import bands
+
+    real = bands.Bands.run
+    main_pid = os.getpid()
+
+    def failing_in_helper(self: bands.Bands, step, rule, o0, o1) -> None:  # type: ignore[no-untyped-def]
+        if os.getpid() != main_pid:
+            raise MemoryError("injected")
+        real(self, step, rule, o0, o1)
+
+    monkeypatch.setattr(bands.Bands, "run", failing_in_helper)
+    split, plain = _sessions(_cnn())
+    x = np.random.default_rng(6).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    split.run(None, {"x": x})
+    _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
+    assert split._split is not None and split._split.disabled
+
+
+def test_the_helper_ends_with_the_session() -> None:
+    split, _ = _sessions(_cnn())
+    x = np.random.default_rng(7).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    split.run(None, {"x": x})
+    split.run(None, {"x": x})
+    assert split._split is not None
+    pid = split._split._pid
+    assert pid > 0
+    del split
+    import gc
+
+    gc.collect()
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left behind
+        os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_session_without_the_key_forks_nothing() -> None:
+    _, plain = _sessions(_cnn())
+    assert plain._split is None
+
+
+def test_where_it_cannot_work_the_key_is_ignored_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(split_runner, "supported", lambda: "this process may use only one core")
+    opts = onnxpy.SessionOptions()
+    opts.add_session_config_entry(KEY, "1")
+    with pytest.warns(RuntimeWarning, match="only one core"):
+        s = onnxpy.InferenceSession(_cnn().SerializeToString(), opts)
+    assert s._split is None
+    x = np.ones((1, 3, 16, 16), np.float32)
+    assert s.run(None, {"x": x})[0].shape == (1, 10)
+
+
+def _real_models() -> list:
+    light = [LIGHT_DIR / f"light_{m}.onnx" for m in ("squeezenet", "shufflenet")]
+    shared = [p for p in shared_models() if p.stem == "mobilenet_v2"]
+    return [pytest.param(p, id=p.stem) for p in light + shared if p.exists()]
+
+
+@pytest.mark.parametrize("path", _real_models())
+def test_real_models_with_random_weights(path) -> None:  # type: ignore[no-untyped-def]
+    model = randomize_weights(onnx.load(str(path)), seed=3)
+    split, plain = _sessions(model)
+    (inp,) = split.get_inputs()
+    x = np.random.default_rng(8).random([d if isinstance(d, int) else 1 for d in inp.shape], dtype=np.float32)
+    want = plain.run(None, {inp.name: x})
+    for _ in range(3):
+        got = split.run(None, {inp.name: x})
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+    assert split._split is not None and not split._split.disabled
+    (schedule,) = split._split.schedules.values()
+    assert schedule is not None and schedule.banded >= 10
