@@ -225,6 +225,13 @@ def free_dims(model: onnx.ModelProto, seq: int) -> dict[str, int]:
     return dims
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"want KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    return key, value
+
+
 def measure(entry: ModelEntry, batch: int, args: argparse.Namespace) -> Result:
     res = Result(entry.name, entry.kind, batch)
     header = onnx.load(entry.path, load_external_data=False)
@@ -234,7 +241,9 @@ def measure(entry: ModelEntry, batch: int, args: argparse.Namespace) -> Result:
     dims = free_dims(header, args.seq)
     feeds = make_feeds(header, dims=dims, batch=batch, seed=args.seed)
     res.inputs = {n: list(a.shape) for n, a in feeds.arrays.items()}
-    cfg = SessionConfig(args.opt_level, args.threads, dict(feeds.overrides))
+    cfg = SessionConfig(
+        args.opt_level, args.threads, dict(feeds.overrides), onnxpy_config=dict(getattr(args, "onnxpy_config", ()))
+    )
     try:
         ours = make_contender("onnxpy", entry.path, feeds.arrays, cfg)
     except Exception as e:  # noqa: BLE001 - one failing model must not stop the benchmark
@@ -489,6 +498,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-shared", action="store_true", help="skip ../shared/models")
     p.add_argument("--shared-dir", default=str(SHARED_DIR), help=f"default {SHARED_DIR}")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads of both runtimes (0: default)")
+    p.add_argument(
+        "--onnxpy-config",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="a session config entry for onnxpy only, e.g. session.split_processes=1 (repeatable)",
+    )
     p.add_argument("--opt-level", choices=["disable", "basic", "extended", "all"], default="all")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")

@@ -52,6 +52,9 @@ class SessionConfig:
     #: free dimension name -> value
     overrides: dict[str, int] = field(default_factory=dict)
     iobinding: bool = False
+    #: session config entries given to onnxpy only (onnxruntime's keys differ), e.g.
+    #: {"session.split_processes": "1"}
+    onnxpy_config: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -74,6 +77,9 @@ def session_options(module: Any, name: str, cfg: SessionConfig) -> Any:
         so.log_severity_level = 3  # keep its "removing unused initializer" warnings off the table
     for dim, value in cfg.overrides.items():
         so.add_free_dimension_override_by_name(dim, int(value))
+    if name == "onnxpy":
+        for key, value in cfg.onnxpy_config.items():
+            so.add_session_config_entry(key, value)
     return so
 
 
