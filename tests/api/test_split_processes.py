@@ -28,8 +28,9 @@ KEY = "session.split_processes"
 
 
 def _cnn() -> onnx.ModelProto:
-    """Every kind of band step: a padded 3x3 convolution, a strided one, pools, a 1x1
-    convolution with a residual, channel concatenation, and a head that runs whole."""
+    """Every kind of band step: a padded 3x3 convolution, a strided one, pools (one with
+    ceil_mode), a 1x1 convolution with a residual, channel concatenation, and a head that
+    runs whole."""
     rng = np.random.default_rng(0)
 
     def w(*shape: int) -> np.ndarray:
@@ -49,7 +50,8 @@ def _cnn() -> onnx.ModelProto:
         helper.make_node("Conv", ["a3", "wd"], ["d3"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=16),
         helper.make_node("Sigmoid", ["d3"], ["s3"]),
         helper.make_node("Concat", ["s3", "a3"], ["cat"], axis=1),
-        helper.make_node("AveragePool", ["cat"], ["ap"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("MaxPool", ["cat"], ["mp"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+        helper.make_node("AveragePool", ["mp"], ["ap"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("GlobalAveragePool", ["ap"], ["g"]),
         helper.make_node("Flatten", ["g"], ["f"]),
         helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1),
@@ -109,7 +111,7 @@ def test_fetched_values_are_the_callers_own() -> None:
 def test_each_input_shape_gets_its_own_schedule() -> None:
     split, plain = _sessions(_cnn())
     rng = np.random.default_rng(4)
-    shapes = [(1, 3, 32, 32), (2, 3, 20, 26), (1, 3, 64, 16), (1, 3, 32, 32), (2, 3, 20, 26), (1, 3, 9, 9)]
+    shapes = [(1, 3, 32, 32), (2, 3, 20, 26), (1, 3, 66, 16), (1, 3, 32, 32), (2, 3, 20, 26), (1, 3, 9, 9)]
     for shape in shapes * 2:
         x = rng.standard_normal(shape).astype(np.float32)
         _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))

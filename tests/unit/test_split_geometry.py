@@ -20,9 +20,9 @@ def test_a_padded_3x3_convolution_reads_one_halo_row_each_side() -> None:
     rule = row_rule(("", "Conv"), conv, [(1, 8, 16, 16), (4, 8, 3, 3)], [(1, 4, 16, 16)], [False, True])
     assert rule is not None and rule.reads == ("window", "whole")
     # the top half: the image's top pad, one real row below the band
-    assert window_rows(rule, 0, 8, 16) == (0, 9, 1, 0)
+    assert window_rows(rule.windows[0], 0, 8, 16) == (0, 9, 1, 0)
     # the bottom half: one real row above, the image's bottom pad
-    assert window_rows(rule, 8, 16, 16) == (7, 16, 0, 1)
+    assert window_rows(rule.windows[0], 8, 16, 16) == (7, 16, 0, 1)
 
 
 def test_strided_and_dilated_windows() -> None:
@@ -31,7 +31,7 @@ def test_strided_and_dilated_windows() -> None:
     rule = row_rule(("", "Conv"), conv, [(1, 3, 20, 9), (5, 3, 3, 3)], [(1, 5, 10, 3)], [False, True])
     assert rule is not None
     # output rows [5, 10): first tap row 5*2-2 = 8, last 9*2-2+4 = 20 -> [8, 21) clamped to 20
-    assert window_rows(rule, 5, 10, 20) == (8, 20, 0, 1)
+    assert window_rows(rule.windows[0], 5, 10, 20) == (8, 20, 0, 1)
     assert read_rows(rule, 0, 5, 10, 20) == (8, 20)
     assert read_rows(rule, 1, 5, 10, 20) is None
 
@@ -52,7 +52,7 @@ def test_two_bands_of_a_convolution_make_the_whole(h: int, k: int, s: int, d: in
     assert rule is not None
     parts = []
     for o0, o1 in halves(whole.shape[2]):
-        i0, i1, top, bottom = window_rows(rule, o0, o1, h)
+        i0, i1, top, bottom = window_rows(rule.windows[0], o0, o1, h)
         parts.append(conv_nd(np, x[:, :, i0:i1], w, **{**attrs, "pads": [top, 1, bottom, 1]}))
     np.testing.assert_allclose(np.concatenate(parts, axis=2), whole, rtol=1e-5, atol=1e-5)
 
@@ -84,8 +84,13 @@ def test_position_steps_read_rows_and_broadcast_operands_whole() -> None:
             [(1, 8, 16, 16), (8, 8, 3, 3)],
             [(1, 8, 16, 16)],
         ),
-        # ceil_mode changes the last window
-        (("", "MaxPool"), _kernel(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), [(1, 8, 16, 16)], [(1, 8, 8, 8)]),
+        # ceil_mode changes an average's last window count
+        (
+            ("", "AveragePool"),
+            _kernel(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+            [(1, 8, 16, 16)],
+            [(1, 8, 8, 8)],
+        ),
         # MaxPool's indices are positions in the whole input
         (("", "MaxPool"), _kernel(kernel_shape=[2, 2], strides=[2, 2]), [(1, 8, 16, 16)], [(1, 8, 8, 8), (1, 8, 8, 8)]),
         # a 1-D convolution
@@ -107,3 +112,23 @@ def test_the_traced_geometry_must_match_the_rule() -> None:
     conv = _kernel(kernel_shape=[3, 3], pads=[0, 0, 0, 0])
     assert row_rule(("", "Conv"), conv, [(1, 2, 16, 16), (2, 2, 3, 3)], [(1, 2, 16, 14)], [False, True]) is None
     assert row_rule(("", "Conv"), conv, [(1, 2, 16, 16), (2, 2, 3, 3)], [(1, 2, 14, 14)], [False, True]) is not None
+
+
+@pytest.mark.parametrize(
+    ("h", "k", "s", "p"), [(16, 3, 2, 0), (17, 3, 2, 0), (20, 2, 2, 0), (19, 3, 2, 1), (23, 5, 3, 1)]
+)
+def test_two_bands_of_a_ceil_mode_max_pool_make_the_whole(h: int, k: int, s: int, p: int) -> None:
+    from onnxpy.ops.pool import max_pool
+
+    x = np.random.default_rng(h).standard_normal((1, 2, h, 9)).astype(np.float32)
+    attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p, 0, p, 0], "ceil_mode": 1}
+    whole = max_pool(np, x, **attrs)
+    whole = whole[0] if isinstance(whole, tuple) else whole
+    rule = row_rule(("", "MaxPool"), _kernel(**attrs), [x.shape], [whole.shape])
+    assert rule is not None
+    parts = []
+    for o0, o1 in halves(whole.shape[2]):
+        i0, i1, top, bottom = window_rows(rule.windows[0], o0, o1, h)
+        part = max_pool(np, x[:, :, i0:i1], **{**attrs, "pads": [top, 0, bottom, 0]})
+        parts.append(part[0] if isinstance(part, tuple) else part)
+    np.testing.assert_array_equal(np.concatenate(parts, axis=2), whole)

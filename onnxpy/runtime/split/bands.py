@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...planner.plan import ExecutionPlan, Step
-from .geometry import RowRule, window_rows
+from .geometry import RowRule, window_at, window_rows
 from .schedule import Schedule, slot_view
 
 
@@ -42,6 +42,7 @@ class Bands:
         which stay valid from run to run: only their contents change)."""
         fn = step.fn
         args: list[Any] = []
+        pads = list(rule.pads)
         for pos, vid in enumerate(step.inputs):
             value = self.views[vid]
             kind = rule.reads[pos]
@@ -50,12 +51,16 @@ class Bands:
             elif kind == "rows":
                 args.append(value[..., o0:o1, :])
             else:
-                i0, i1, top, bottom = window_rows(rule, o0, o1, value.shape[2])
+                window = window_at(rule, pos)
+                i0, i1, top, bottom = window_rows(window, o0, o1, value.shape[2])
                 args.append(value[:, :, i0:i1])
-                assert rule.pads is not None and isinstance(fn, functools.partial)
-                keywords = dict(fn.keywords)
-                keywords["pads"] = [top, rule.pads[1], bottom, rule.pads[3]]
-                if "auto_pad" in keywords:
-                    keywords["auto_pad"] = "NOTSET"
-                fn = functools.partial(fn.func, *fn.args, **keywords)
+                pads[window.pad_index] = top
+                pads[window.pad_index + 2] = bottom
+        if rule.windows:
+            assert isinstance(fn, functools.partial)
+            keywords = dict(fn.keywords)
+            keywords["pads"] = pads
+            if "auto_pad" in keywords:
+                keywords["auto_pad"] = "NOTSET"
+            fn = functools.partial(fn.func, *fn.args, **keywords)
         return fn, args

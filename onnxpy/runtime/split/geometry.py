@@ -31,7 +31,11 @@ WINDOW_OPS = {
     (FUSED, "PointwiseDepthwiseConv"),
     # one convolution returned as channel slices: several outputs with the same rows
     (FUSED, "SiblingConv"),
+    # convolutions of (usually) one input concatenated: a window per member
+    (FUSED, "ConcatConv"),
 }
+
+MAX_POOLS = {("", "MaxPool"), (FUSED, "FusedMaxPool")}
 
 POSITION_OPS = {
     ("", "Relu"),
@@ -60,16 +64,28 @@ Shape = tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class RowRule:
-    """How a step's band reads its inputs. ``window`` is None for a position step."""
+class Window:
+    """Input ``position`` read through a kernel window (an image's rows)."""
 
-    #: per input: "window" (input 0 of a window step), "rows" (read at the output's rows),
-    #: "whole" (weights, broadcast operands)
+    position: int
+    kernel: int
+    stride: int
+    dilation: int
+    #: the window's top pad, at ``pad_index`` of the kernel's flat ``pads`` (bottom: +2)
+    top: int
+    pad_index: int
+
+
+@dataclass(frozen=True)
+class RowRule:
+    """How a step's band of output rows reads its inputs."""
+
+    #: per input: "window" (through a kernel window), "rows" (at the output's rows), "whole"
+    #: (weights, broadcast operands)
     reads: tuple[str, ...]
-    #: (kernel rows, stride, dilation, top pad, bottom pad) of a window step
-    window: tuple[int, int, int, int, int] | None = None
-    #: the step's 2-D pads [top, left, bottom, right]; a band replaces top and bottom
-    pads: tuple[int, int, int, int] | None = None
+    windows: tuple[Window, ...] = ()
+    #: the kernel's flat ``pads`` keyword; a band replaces each window's top and bottom pads
+    pads: tuple[int, ...] = ()
 
 
 def row_rule(
@@ -85,13 +101,17 @@ def row_rule(
     constant = constant or [False] * len(input_shapes)
     if not output_shapes or any(s is None or len(s) != 4 for s in output_shapes):
         return None
-    rows = output_shapes[0][2]
+    out = output_shapes[0]
+    assert out is not None
+    rows = out[2]
     if rows < MIN_ROWS or any(s[2] != rows for s in output_shapes):  # type: ignore[index]
         return None
     if len(output_shapes) > 1 and op != (FUSED, "SiblingConv"):
         return None  # e.g. MaxPool's indices: positions in the whole input, not a band
+    if op == (FUSED, "ConcatConv"):
+        return _concat_conv_rule(kernel, input_shapes, out, constant)
     if op in WINDOW_OPS:
-        return _window_rule(kernel, input_shapes, output_shapes[0], constant)
+        return _window_rule(kernel, input_shapes, out, constant, op in MAX_POOLS)
     if op in POSITION_OPS:
         if op == ("", "Concat") and not _concat_over_channels(kernel):
             return None
@@ -120,31 +140,57 @@ def _position_read(shape: Shape | None, rows: int) -> str | None:
     return None
 
 
-def _window_rule(kernel: Any, input_shapes: list[Shape | None], out: Shape, constant: list[bool]) -> RowRule | None:
-    rows = out[2]
-    if not isinstance(kernel, functools.partial) or not input_shapes or input_shapes[0] is None:
-        return None
-    kw = kernel.keywords
-    if kw.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or kw.get("ceil_mode", 0):
-        return None
-    k = kw.get("kernel_shape")
-    x = input_shapes[0]
-    if k is None or len(k) != 2 or len(x) != 4:
-        return None
-    strides = kw.get("strides") or [1, 1]
-    dilations = kw.get("dilations") or [1, 1]
-    pads = kw.get("pads") or [0, 0, 0, 0]
-    if kw.get("auto_pad", "NOTSET") == "VALID":
-        pads = [0, 0, 0, 0]
-    if len(strides) != 2 or len(dilations) != 2 or len(pads) != 4:
+def _window(
+    position: int,
+    x: Shape | None,
+    rows: int,
+    k: list[int],
+    strides: list[int],
+    dilations: list[int],
+    pads: list[int],
+    at: int,
+    ceil: bool = False,
+) -> Window | None:
+    """Input ``position`` of shape ``x`` through a 2-D window giving ``rows`` output rows
+    (``ceil``: a max pool's ceil_mode, whose last window may reach past the bottom pad)."""
+    if x is None or len(x) != 4 or len(k) != 2 or len(strides) != 2 or len(dilations) != 2 or len(pads) != 4:
         return None
     top, bottom = int(pads[0]), int(pads[2])
     kh, s, d = int(k[0]), int(strides[0]), int(dilations[0])
-    if (x[2] + top + bottom - (kh - 1) * d - 1) // s + 1 != rows:
-        return None  # not the geometry this rule assumes: leave the step whole
-    reads = ["window"]
-    if constant[0]:
+    span = x[2] + top + bottom - (kh - 1) * d - 1
+    if s < 1 or d < 1 or span < 0:
         return None
+    expected = -(-span // s) + 1 if ceil else span // s + 1
+    if ceil and (expected - 1) * s >= x[2] + top:
+        expected -= 1  # a last window starting in the bottom pad is dropped
+    if expected != rows:
+        return None  # not the geometry this rule assumes: leave the step whole
+    return Window(position, kh, s, d, top, at)
+
+
+def _window_rule(
+    kernel: Any, input_shapes: list[Shape | None], out: Shape, constant: list[bool], max_pool: bool
+) -> RowRule | None:
+    if not isinstance(kernel, functools.partial) or not input_shapes or constant[0]:
+        return None
+    kw = kernel.keywords
+    ceil = bool(kw.get("ceil_mode", 0))
+    # ceil_mode's partial last window is a max over the rows it covers, as with extra bottom
+    # pad rows of -inf: a band passes them as pads. An average's count differs: left whole.
+    if kw.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or (ceil and not max_pool):
+        return None
+    k = kw.get("kernel_shape")
+    pads = list(kw.get("pads") or [0, 0, 0, 0])
+    if kw.get("auto_pad", "NOTSET") == "VALID":
+        pads = [0, 0, 0, 0]
+    if k is None:
+        return None
+    window = _window(
+        0, input_shapes[0], out[2], list(k), kw.get("strides") or [1, 1], kw.get("dilations") or [1, 1], pads, 0, ceil
+    )
+    if window is None:
+        return None
+    reads = ["window"]
     for shape, const in zip(input_shapes[1:], constant[1:]):
         # weights and biases whole; a fused residual (FusedConv's Z) at the output's rows
         if const or shape is None or len(shape) != 4:
@@ -153,18 +199,43 @@ def _window_rule(kernel: Any, input_shapes: list[Shape | None], out: Shape, cons
             reads.append("rows")
         else:
             return None
-    return RowRule(tuple(reads), (kh, s, d, top, bottom), (top, int(pads[1]), bottom, int(pads[3])))
+    return RowRule(tuple(reads), (window,), tuple(int(p) for p in pads))
 
 
-def window_rows(rule: RowRule, o0: int, o1: int, height: int) -> tuple[int, int, int, int]:
-    """Input rows [i0, i1) that output rows [o0, o1) of a window step read from an input of
+def _concat_conv_rule(
+    kernel: Any, input_shapes: list[Shape | None], out: Shape, constant: list[bool]
+) -> RowRule | None:
+    """ConcatConv: (X, W, B) per member, each X through its member's window."""
+    if not isinstance(kernel, functools.partial) or len(input_shapes) % 3:
+        return None
+    kw = kernel.keywords
+    ks, pads, strides, dilations = kw["kernel_shapes"], kw["pads"], kw["strides"], kw["dilations"]
+    windows, reads = [], []
+    for i in range(len(input_shapes) // 3):
+        if constant[3 * i]:
+            return None
+        window = _window(
+            3 * i, input_shapes[3 * i], out[2], ks[2 * i : 2 * i + 2], strides[2 * i : 2 * i + 2],
+            dilations[2 * i : 2 * i + 2], pads[4 * i : 4 * i + 4], 4 * i,
+        )  # fmt: skip
+        if window is None or not constant[3 * i + 1]:
+            return None
+        windows.append(window)
+        reads += ["window", "whole", "whole"]
+    return RowRule(tuple(reads), tuple(windows), tuple(int(p) for p in pads))
+
+
+def window_rows(window: Window, o0: int, o1: int, height: int) -> tuple[int, int, int, int]:
+    """Input rows [i0, i1) that output rows [o0, o1) read through ``window`` from an input of
     ``height`` rows, and the band's top and bottom pads."""
-    assert rule.window is not None
-    kh, s, d, top, _ = rule.window
-    first = o0 * s - top
-    last = (o1 - 1) * s - top + (kh - 1) * d + 1
+    first = o0 * window.stride - window.top
+    last = (o1 - 1) * window.stride - window.top + (window.kernel - 1) * window.dilation + 1
     i0, i1 = max(first, 0), min(last, height)
     return i0, i1, i0 - first, last - i1
+
+
+def window_at(rule: RowRule, position: int) -> Window:
+    return next(w for w in rule.windows if w.position == position)
 
 
 def read_rows(rule: RowRule, position: int, o0: int, o1: int, height: int) -> tuple[int, int] | None:
@@ -174,7 +245,7 @@ def read_rows(rule: RowRule, position: int, o0: int, o1: int, height: int) -> tu
         return None
     if kind == "rows":
         return o0, o1
-    i0, i1, _, _ = window_rows(rule, o0, o1, height)
+    i0, i1, _, _ = window_rows(window_at(rule, position), o0, o1, height)
     return i0, i1
 
 
