@@ -53,7 +53,8 @@ CONFIG_KEYS = {
     "session.check_nan_inf": "'1': raise at the first node whose output holds NaN or Inf, naming the node",
     "session.debug_level": "'1' prints each node as it runs, '2' also its values' shapes and statistics",
     "session.split_processes": "'1' (Linux x86-64, 2+ cores): convolutions, pools and per-position steps run as "
-    "two halves of rows, in this process and in a forked helper process",
+    "two halves (of rows, or of channels on small maps) in this process and a forked helper process, for input "
+    "shapes where the first runs measured that faster; 'always': for every run",
 }
 
 

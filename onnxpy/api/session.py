@@ -150,10 +150,13 @@ class InferenceSession:
         self._opset = dict(base.opsets)
         self._facts = SessionFacts.from_options(opts)
         self._split: SplitRunner | None = None
-        if self._facts.config.get(split_runner.CONFIG_KEY, "0") == "1":
+        split_mode = self._facts.config.get(split_runner.CONFIG_KEY, "0")
+        if split_mode not in ("0", "1", "always"):
+            raise InvalidArgument(f"{split_runner.CONFIG_KEY} must be '0', '1' or 'always', got '{split_mode}'")
+        if split_mode != "0":
             why_not = split_runner.supported()
             if why_not is None:
-                self._split = SplitRunner(None)
+                self._split = SplitRunner(None, always=split_mode == "always")
                 weakref.finalize(self, self._split.close)
             else:
                 warnings.warn(f"{split_runner.CONFIG_KEY} is ignored: {why_not}", RuntimeWarning, stacklevel=3)

@@ -65,10 +65,12 @@ def _cnn() -> onnx.ModelProto:
     )
 
 
-def _sessions(model: onnx.ModelProto | str) -> tuple[onnxpy.InferenceSession, onnxpy.InferenceSession]:
+def _sessions(
+    model: onnx.ModelProto | str, mode: str = "always"
+) -> tuple[onnxpy.InferenceSession, onnxpy.InferenceSession]:
     data = model if isinstance(model, str) else model.SerializeToString()
     opts = onnxpy.SessionOptions()
-    opts.add_session_config_entry(KEY, "1")
+    opts.add_session_config_entry(KEY, mode)
     return onnxpy.InferenceSession(data, opts), onnxpy.InferenceSession(data)
 
 
@@ -173,6 +175,39 @@ def test_the_helper_ends_with_the_session() -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+@pytest.mark.parametrize("faster", [True, False])
+def test_calibration_keeps_split_runs_only_where_they_measured_faster(
+    monkeypatch: pytest.MonkeyPatch, faster: bool
+) -> None:
+    """With "1" the runs after the traced one are timed, plain ones then split ones; then the
+    faster kind stays. The threshold is forced here, as timing is not for tests to assert."""
+    monkeypatch.setattr(split_runner, "KEEP_BELOW", 1e9 if faster else 0.0)
+    monkeypatch.setattr(split_runner, "SETTLE_S", 0.0)
+    split, plain = _sessions(_cnn(), mode="1")
+    x = np.random.default_rng(9).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = plain.run(None, {"x": x})
+    runner = split._split
+    assert runner is not None
+    timed = split_runner.CALIBRATION_WARMUP + split_runner.CALIBRATION_RUNS
+    for _ in range(1 + 2 * timed):
+        _assert_same(split.run(None, {"x": x}), want)
+    (choice,) = runner.choices.values()
+    assert len(choice.split_s) == len(choice.plain_s) == timed
+    assert choice.split is faster
+    # a kept choice leaves the helper running; a dropped one ends it with the arena
+    assert (runner._pid > 0) is faster and (runner._arena is not None) is faster
+    for _ in range(2):
+        _assert_same(split.run(None, {"x": x}), want)
+    assert len(choice.split_s) == timed
+
+
+def test_a_bad_value_of_the_key_is_refused() -> None:
+    opts = onnxpy.SessionOptions()
+    opts.add_session_config_entry(KEY, "yes")
+    with pytest.raises(onnxpy.OnnxpyError, match="'0', '1' or 'always'"):
+        onnxpy.InferenceSession(_cnn().SerializeToString(), opts)
+
+
 def test_a_session_without_the_key_forks_nothing() -> None:
     _, plain = _sessions(_cnn())
     assert plain._split is None
@@ -209,3 +244,38 @@ def test_real_models_with_random_weights(path) -> None:  # type: ignore[no-untyp
     assert split._split is not None and not split._split.disabled
     (schedule,) = split._split.schedules.values()
     assert schedule is not None and schedule.banded >= 10
+
+
+def test_an_input_overwritten_in_place_waits_for_the_other_process_reading_it() -> None:
+    """r = conv3x3(x); y = conv1x1(conv3x3(r)) + r. The residual add writes into r's slot (r
+    dies there), but the second 3x3 convolution read r's rows on both sides of the halves'
+    border: each process must wait for the other before overwriting its rows of r."""
+    rng = np.random.default_rng(10)
+    inits = {
+        "w1": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+        "w2": (rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32),
+        "w3": (rng.standard_normal((8, 8, 1, 1)) * 0.3).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["r"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["r", "w2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c2", "w3"], ["c3"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["c3", "r"], ["y"]),
+    ]
+    model = make_model(
+        nodes, [vinfo("x", TensorProto.FLOAT, [1, 3, 24, 24])], [vinfo("y", TensorProto.FLOAT, None)], inits
+    )
+    split, plain = _sessions(model)
+    x = rng.standard_normal((1, 3, 24, 24)).astype(np.float32)
+    for _ in range(3):
+        _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
+    runner = split._split
+    assert runner is not None and not runner.disabled
+    (schedule,) = runner.schedules.values()
+    assert schedule is not None
+    in_place = [a for a in schedule.actions if a.inplace >= 0]
+    assert len(in_place) == 1 and in_place[0].barrier
+    # the output shares the residual's slot: one slot fewer than values
+    steps = runner.plan.steps
+    (step,) = [s for s, a in zip(steps, schedule.actions) if a.inplace >= 0]
+    assert schedule.slots[step.outputs[0]] == schedule.slots[step.inputs[in_place[0].inplace]]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...planner.plan import ExecutionPlan, Step
-from .geometry import RowRule, window_at, window_rows
+from .geometry import ChannelRule, Rule, extent, halves, window_at, window_rows
 from .schedule import Schedule, slot_view
 
 
@@ -21,25 +21,37 @@ class Bands:
         self.views: list[Any] = list(plan.template)
         for vid, slot in schedule.slots.items():
             self.views[vid] = slot_view(buf, base, slot)
-        self._kernels: dict[tuple[int, int, int], tuple[Callable[..., Any], list[Any]]] = {}
+        self._kernels: dict[tuple[int, int], tuple[Callable[..., Any], list[Any], list[Any]]] = {}
+        # per (step, part): the input band the output is written into (an in-place step)
+        self._in_place: dict[tuple[int, int], Any] = {}
 
-    def run(self, step: Step, rule: RowRule, o0: int, o1: int) -> None:
-        """Compute output rows [o0, o1) of ``step`` into the outputs' slots."""
-        key = (step.index, o0, o1)
+    def run(self, step: Step, rule: Rule, part: int) -> None:
+        """Compute ``part`` (0: this process's, 1: the helper's) of ``step`` into the outputs'
+        slots."""
+        key = (step.index, part)
         bound = self._kernels.get(key)
         if bound is None:
-            bound = self._kernels[key] = self._bind(step, rule, o0, o1)
-        fn, args = bound
+            bound = self._kernels[key] = self._bind(step, rule, part)
+        fn, args, outs = bound
+        if outs[0] is self._in_place.get(key):
+            result = fn(*args, out=outs[0])
+            if result is not outs[0]:
+                outs[0][...] = result
+            return
         result = fn(*args)
         if result.__class__ is tuple:
-            for vid, r in zip(step.outputs, result):
-                self.views[vid][:, :, o0:o1] = r
+            for out, r in zip(outs, result):
+                out[...] = r
         else:
-            self.views[step.outputs[0]][:, :, o0:o1] = result
+            outs[0][...] = result
 
-    def _bind(self, step: Step, rule: RowRule, o0: int, o1: int) -> tuple[Callable[..., Any], list[Any]]:
-        """The kernel with the band's pads and the band's input arrays (views of the arena,
-        which stay valid from run to run: only their contents change)."""
+    def _bind(self, step: Step, rule: Rule, part: int) -> tuple[Callable[..., Any], list[Any], list[Any]]:
+        """The kernel with the band's keywords, the band's input arrays and the band's part of
+        each output (views of the arena, valid from run to run: only their contents change)."""
+        first = self.views[step.outputs[0]]
+        a, b = halves(extent(rule, first.shape))[part]
+        if isinstance(rule, ChannelRule):
+            return self._bind_channels(step, rule, a, b)
         fn = step.fn
         args: list[Any] = []
         pads = list(rule.pads)
@@ -49,18 +61,48 @@ class Bands:
             if kind == "whole" or value is None:
                 args.append(value)
             elif kind == "rows":
-                args.append(value[..., o0:o1, :])
+                args.append(value[..., a:b, :])
             else:
                 window = window_at(rule, pos)
-                i0, i1, top, bottom = window_rows(window, o0, o1, value.shape[2])
+                i0, i1, top, bottom = window_rows(window, a, b, value.shape[2])
                 args.append(value[:, :, i0:i1])
                 pads[window.pad_index] = top
                 pads[window.pad_index + 2] = bottom
         if rule.windows:
-            assert isinstance(fn, functools.partial)
-            keywords = dict(fn.keywords)
-            keywords["pads"] = pads
-            if "auto_pad" in keywords:
-                keywords["auto_pad"] = "NOTSET"
-            fn = functools.partial(fn.func, *fn.args, **keywords)
-        return fn, args
+            fn = _with_keywords(fn, pads=pads, auto_pad="NOTSET")
+        action = self.schedule.actions[step.index]
+        if action.inplace >= 0:
+            # the output's slot is this input's: its band is the output band, the same object
+            # (kernels check ``out is Z`` before adding into it)
+            self._in_place[(step.index, part)] = args[action.inplace]
+            return fn, args, [args[action.inplace]]
+        return fn, args, [self.views[vid][:, :, a:b] for vid in step.outputs]
+
+    def _bind_channels(
+        self, step: Step, rule: ChannelRule, m0: int, m1: int
+    ) -> tuple[Callable[..., Any], list[Any], list[Any]]:
+        args: list[Any] = []
+        for pos, vid in enumerate(step.inputs):
+            value = self.views[vid]
+            kind = rule.reads[pos]
+            if kind == "whole" or value is None:
+                args.append(value)
+            elif kind == "split":
+                args.append(value[m0:m1])
+            else:
+                args.append(value[:, m0:m1])
+        fn = step.fn
+        if rule.group_keyword:
+            fn = _with_keywords(fn, **{rule.group_keyword: m1 - m0})
+        return fn, args, [self.views[step.outputs[0]][:, m0:m1]]
+
+
+def _with_keywords(fn: Any, **changes: Any) -> Any:
+    """``fn`` (a bound kernel: a functools.partial) with some keywords changed; ``auto_pad``
+    only where the kernel had it."""
+    assert isinstance(fn, functools.partial)
+    keywords = dict(fn.keywords)
+    for key, value in changes.items():
+        if key != "auto_pad" or key in keywords:
+            keywords[key] = value
+    return functools.partial(fn.func, *fn.args, **keywords)

@@ -249,7 +249,74 @@ def read_rows(rule: RowRule, position: int, o0: int, o1: int, height: int) -> tu
     return i0, i1
 
 
-def halves(rows: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """Output rows of this process (the top half) and of the helper."""
-    mid = rows // 2
-    return (0, mid), (mid, rows)
+#: fewer output channels than this and a step on a small map runs whole
+MIN_CHANNELS = 32
+
+
+@dataclass(frozen=True)
+class ChannelRule:
+    """How a step's band of output channels [m0, m1) reads its inputs: maps too small for
+    row bands (7x7) where the weights, not the activations, are most of what is read."""
+
+    #: per input: "whole" (the data, read entirely), "split" (a weight or bias: its rows
+    #: [m0, m1)), "channels" (a fused residual: its channels [m0, m1))
+    reads: tuple[str, ...]
+    #: a keyword that becomes the band's channel count (a depthwise convolution's group)
+    group_keyword: str = ""
+
+
+Rule = RowRule | ChannelRule
+
+
+def channel_rule(
+    op: tuple[str, str],
+    kernel: Any,
+    input_shapes: list[Shape | None],
+    output_shapes: list[Shape | None],
+    constant: list[bool],
+) -> ChannelRule | None:
+    """The channel rule of a convolution with constant weights (plain, or a 1x1 followed by a
+    depthwise one), or None."""
+    if len(output_shapes) != 1 or output_shapes[0] is None or len(output_shapes[0]) != 4:
+        return None
+    out = output_shapes[0]
+    m = out[1]
+    if m < MIN_CHANNELS or not isinstance(kernel, functools.partial) or not input_shapes or constant[0]:
+        return None
+    kw = kernel.keywords
+
+    def weights(position: int, rows: int) -> bool:
+        """A constant weight or bias with ``rows`` on axis 0, or an absent bias."""
+        if position >= len(input_shapes) or input_shapes[position] is None:
+            return position != 1
+        shape = input_shapes[position]
+        return constant[position] and shape is not None and len(shape) >= 1 and shape[0] == rows
+
+    if op in (("", "Conv"), (FUSED, "FusedConv")):
+        if kw.get("group", 1) != 1 or kw.get("shuffle_groups", 0) or not (weights(1, m) and weights(2, m)):
+            return None
+        reads = ["whole", "split", "split"][: len(input_shapes)]
+        if len(input_shapes) > 3:  # FusedConv's residual
+            if len(input_shapes) > 4 or input_shapes[3] != out:
+                return None
+            reads.append("channels")
+        return ChannelRule(tuple(reads))
+    if op == (FUSED, "PointwiseDepthwiseConv"):
+        if len(input_shapes) != 5 or kw.get("group1", 1) != 1 or kw.get("shuffle_groups1", 0) or kw.get("group") != m:
+            return None
+        dw = input_shapes[3]
+        if dw is None or len(dw) != 4 or dw[1] != 1 or not all(weights(i, m) for i in (1, 2, 3, 4)):
+            return None
+        return ChannelRule(("whole", "split", "split", "split", "split"), "group")
+    return None
+
+
+def extent(rule: Rule, shape: Shape) -> int:
+    """What a rule halves in an output of ``shape``: its rows or its channels."""
+    return shape[2] if isinstance(rule, RowRule) else shape[1]
+
+
+def halves(size: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Output rows (or channels) of this process (the first half) and of the helper."""
+    mid = size // 2
+    return (0, mid), (mid, size)

@@ -20,7 +20,6 @@ from typing import Any
 from ...planner.plan import ExecutionPlan
 from ..threads import _find as _blas_setters
 from .bands import Bands
-from .geometry import halves
 from .schedule import Schedule
 
 #: control block words (int64): barrier counts of the two processes, the helper's failure flag
@@ -28,8 +27,10 @@ MAIN_COUNT, HELPER_COUNT, HELPER_FAILED = 0, 1, 2
 CONTROL_BYTES = 4096
 #: the longest the session's process waits at one barrier before it gives the helper up
 WAIT_LIMIT_S = 60.0
-#: spins before a waiting helper starts sleeping between looks (about a millisecond)
+#: spins before a waiting helper starts sleeping between looks (a few milliseconds)
 HELPER_SPINS = 10000
+#: spins (about 0.1 us each) before a waiting process yields its core at every look
+YIELD_AFTER = 500
 
 
 class HelperLost(Exception):
@@ -54,6 +55,11 @@ class Meeting:
         spins = 0
         while control[other] < count:
             spins += 1
+            if spins > YIELD_AFTER:
+                # Long enough that the other process may be waiting for this core (more
+                # runnable threads than cores: another program, OpenBLAS's spinning workers):
+                # give it up rather than burn the time slice.
+                os.sched_yield()
             if spins & 1023 == 0:
                 self.check(spins)
 
@@ -137,14 +143,12 @@ def _serve(plan: ExecutionPlan, arena: Any, fd: int, parent: int) -> None:
 
 def _run_half(plan: ExecutionPlan, bands: Bands, meet: Meeting) -> None:
     schedule: Schedule = bands.schedule
-    slots = schedule.slots
     for step, action in zip(plan.steps, schedule.actions):
         if action.barrier:
             meet()
         rule = action.band
         if rule is not None:
-            o0, o1 = halves(slots[step.outputs[0]].shape[2])[1]
-            bands.run(step, rule, o0, o1)
+            bands.run(step, rule, 1)
     if schedule.final_barrier:
         meet()
 

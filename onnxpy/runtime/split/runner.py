@@ -20,6 +20,7 @@ import platform
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,12 +30,12 @@ from ..executor import _run_step, execute
 from ..threads import blas_threads
 from . import helper
 from .bands import Bands
-from .geometry import halves
 from .schedule import Schedule, Traced, build_schedule
 
 log = logging.getLogger("onnxpy")
 
-#: the session config key that turns row-split runs on ("1")
+#: the session config key that turns row-split runs on: "1" where they measure faster than
+#: plain runs (per input signature), "always" for every run
 CONFIG_KEY = "session.split_processes"
 
 
@@ -55,8 +56,36 @@ def supported() -> str | None:
     return None
 
 
+#: split and plain runs timed per input signature before choosing ("1"); each kind's median
+#: decides, so a slow moment of the machine in a few of them does not
+CALIBRATION_RUNS = 5
+#: runs of each kind before those timed: the first split runs after the fork pay for
+#: copy-on-write page faults in both processes and for the bands' first calls
+CALIBRATION_WARMUP = 2
+#: split runs starting sooner than this after a plain run are not timed (OpenBLAS's idle
+#: threads spin 50-100 ms after their last work)
+SETTLE_S = 0.2
+#: split runs are kept where their median is at most this fraction of the plain runs'
+KEEP_BELOW = 0.97
+
+
+@dataclass
+class _Choice:
+    """What runs with one input signature: its schedule (None: no step splits) and, once the
+    calibration runs have timed both ways, whether split runs are faster."""
+
+    schedule: Schedule | None
+    split: bool | None = None
+    split_s: list[float] = field(default_factory=list)
+    plain_s: list[float] = field(default_factory=list)
+    #: when the last plain calibration run ended (perf_counter)
+    plain_end: float = 0.0
+
+
 class SplitRunner:
-    def __init__(self, plan: ExecutionPlan | None) -> None:
+    def __init__(self, plan: ExecutionPlan | None, always: bool = False) -> None:
+        """``always``: every run after the traced one is split (no calibration)."""
+        self.always = always
         self.reset(plan)
         # One split run at a time: a run from a second thread meanwhile goes the plain way.
         self._busy = threading.Lock()
@@ -64,7 +93,7 @@ class SplitRunner:
     def reset(self, plan: ExecutionPlan | None) -> None:
         """Serve ``plan`` from now on (no helper yet: it is forked at the first split run)."""
         self.plan = plan
-        self.schedules: dict[tuple[Any, ...], Schedule | None] = {}
+        self.choices: dict[tuple[Any, ...], _Choice] = {}
         self._ids: dict[int, int] = {}  # id(schedule) -> number the helper knows it by
         self._bands: dict[int, Bands] = {}
         self.disabled = False
@@ -83,15 +112,52 @@ class SplitRunner:
         finally:
             self._busy.release()
 
+    @property
+    def schedules(self) -> dict[tuple[Any, ...], Schedule | None]:
+        return {k: c.schedule for k, c in self.choices.items()}
+
     def _run(self, feeds: dict[int, np.ndarray]) -> list[Any] | None:
         signature = tuple((i, a.shape, a.dtype.str) for i, a in feeds.items())
-        if signature not in self.schedules:
+        choice = self.choices.get(signature)
+        if choice is None:
             out, schedule = self._traced(feeds)
-            self.schedules[signature] = schedule
+            self.choices[signature] = _Choice(schedule, True if self.always and schedule else None)
             return out
-        schedule = self.schedules[signature]
-        if schedule is None:
+        if choice.schedule is None or choice.split is False:
             return None
+        if choice.split:
+            return self._split(choice.schedule, feeds)
+        # Calibrating: plain runs, then split runs, timed. Not in turn: after a plain run
+        # OpenBLAS's second thread spins for a while, and a split run beside it is twice as
+        # slow (MobileNet-v2: 27 against 13 ms), which is not what later split runs see.
+        assert self.plan is not None
+        wanted = CALIBRATION_WARMUP + CALIBRATION_RUNS
+        started = time.perf_counter()
+        if len(choice.plain_s) < wanted:
+            out: list[Any] | None = execute(self.plan, feeds)
+            choice.plain_s.append(time.perf_counter() - started)
+            choice.plain_end = time.perf_counter()
+            return out
+        out = self._split(choice.schedule, feeds)
+        if out is None:
+            return None
+        if started - choice.plain_end > SETTLE_S:
+            choice.split_s.append(time.perf_counter() - started)
+        if len(choice.split_s) >= wanted:
+            split = float(np.median(choice.split_s[CALIBRATION_WARMUP:]))
+            plain = float(np.median(choice.plain_s[CALIBRATION_WARMUP:]))
+            choice.split = split <= KEEP_BELOW * plain
+            log.info(
+                "split runs %.2f ms against %.2f ms plain: %s",
+                split * 1e3,
+                plain * 1e3,
+                "split from now on" if choice.split else "plain from now on",
+            )
+            if not any(c.split is not False and c.schedule for c in self.choices.values()):
+                self.close()  # no signature left to split: the helper and arena go
+        return out
+
+    def _split(self, schedule: Schedule, feeds: dict[int, np.ndarray]) -> list[Any] | None:
         try:
             self._ready(schedule)
         except OSError as e:
@@ -147,7 +213,8 @@ class SplitRunner:
         if self._pid and (self._arena is None or len(self._arena) < need):
             self.close()
         if not self._pid:
-            size = max(need, max((helper.CONTROL_BYTES + s.size for s in self.schedules.values() if s), default=0))
+            sizes = [helper.CONTROL_BYTES + c.schedule.size for c in self.choices.values() if c.schedule]
+            size = max([need, *sizes])
             self._arena = mmap.mmap(-1, size, flags=mmap.MAP_SHARED)
             self._control = memoryview(self._arena).cast("q")
             self._bands.clear()
@@ -215,14 +282,12 @@ class SplitRunner:
             values[vid] = a
         for vid in schedule.feeds:
             views[vid][...] = feeds[vid]
-        slots = schedule.slots
         for step, action in zip(plan.steps, schedule.actions):
             if action.barrier:
                 meet()
             rule = action.band
             if rule is not None:
-                o0, o1 = halves(slots[step.outputs[0]].shape[2])[0]
-                bands.run(step, rule, o0, o1)
+                bands.run(step, rule, 0)
                 for vid in step.outputs:
                     values[vid] = views[vid]
             else:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...planner.plan import ABSENT, DISCARD, ExecutionPlan
-from .geometry import RowRule, halves, read_rows, row_rule
+from .geometry import RowRule, Rule, channel_rule, halves, read_rows, row_rule
 
 #: byte alignment of each value in the arena (a cache line)
 ALIGN = 64
@@ -45,12 +45,16 @@ class Slot:
 class Action:
     """What happens at one plan step."""
 
-    #: the step's band rule; None: this process runs it whole and the helper skips it
-    band: RowRule | None
+    #: the step's band rule (rows or channels); None: this process runs it whole and the helper
+    #: skips it
+    band: Rule | None
     #: both processes meet before the step (one reads rows the other wrote since they last met)
     barrier: bool
     #: outputs of a whole step that band steps read later: copied into their slots
     publish: tuple[int, ...] = ()
+    #: input position whose slot the output shares (the input dies here): the band's kernel
+    #: writes into that input's band (``out=``), as the plain executor's in-place steps do
+    inplace: int = -1
 
 
 @dataclass(frozen=True)
@@ -76,14 +80,15 @@ def build_schedule(
     ``steps`` (step index -> input and output shapes), ``fed`` (ids the caller fed). None when
     no step can run in bands."""
     constant = {i for i in plan.constants if i not in fed}
-    rules: dict[int, RowRule] = {}
+    rules: dict[int, Rule] = {}
     for st in plan.steps:
         if st.index not in steps or any(o in (ABSENT, DISCARD) for o in st.outputs):
             continue
         if any(i not in constant and i != ABSENT and i not in values for i in st.inputs):
             continue  # an input that is not an array (a sequence, an optional left empty)
         ins, outs = steps[st.index]
-        rule = row_rule((st.domain, st.op_type), st.fn, ins, outs, [i in constant for i in st.inputs])
+        op, const = (st.domain, st.op_type), [i in constant for i in st.inputs]
+        rule: Rule | None = row_rule(op, st.fn, ins, outs, const) or channel_rule(op, st.fn, ins, outs, const)
         if rule is not None:
             rules[st.index] = rule
     if not rules:
@@ -94,16 +99,27 @@ def build_schedule(
         if st.index in rules:
             shared.update(i for i in st.inputs if i != ABSENT and i not in constant)
             shared.update(st.outputs)
+    aliases = _in_place(plan, rules, values, shared, fed)
     slots = {}
     offset = 0
     for vid in sorted(shared):
+        if vid in aliases:
+            continue
         t = values[vid]
         slot = Slot(offset, t.shape, t.dtype, t.channels_last)
         slots[vid] = slot
         offset += -(-slot.nbytes // ALIGN) * ALIGN
+    for out in sorted(aliases):
+        root = out
+        while root in aliases:  # a chain of in-place steps shares one slot
+            root = aliases[root][1]
+        slots[out] = slots[root]
 
-    # Walk the steps as both processes will, tracking the rows each wrote since they last met.
+    # Walk the steps as both processes will, tracking the rows each wrote (and, for values
+    # later written in place, read) since they last met.
     written: dict[int, list[tuple[int, int, int]]] = {}  # value id -> [(process, r0, r1)]
+    read: dict[int, list[tuple[int, int, int]]] = {}
+    overwritten = {source for _, source in aliases.values()}
 
     def rows_of(vid: int) -> int:
         shape = slots[vid].shape
@@ -115,30 +131,72 @@ def build_schedule(
     actions = []
     for st in plan.steps:
         rule = rules.get(st.index)
-        meet = False
-        if rule is not None:
-            out_rows = slots[st.outputs[0]].shape[2]
-            for proc, (o0, o1) in enumerate(halves(out_rows)):
+        alias = aliases.get(st.outputs[0], (-1, -1))
+        # what each process reads of the shared inputs: (process, value id, rows or None: all)
+        reads: list[tuple[int, int, tuple[int, int] | None]] = []
+        if isinstance(rule, RowRule):
+            for proc, (o0, o1) in enumerate(halves(slots[st.outputs[0]].shape[2])):
                 for pos, vid in enumerate(st.inputs):
                     if vid in slots:
-                        need = read_rows(rule, pos, o0, o1, rows_of(vid))
-                        meet = meet or _clashes(written.get(vid, ()), proc, need)
-        else:
-            meet = any(_clashes(written.get(vid, ()), 0, None) for vid in st.inputs if vid in slots)
+                        reads.append((proc, vid, read_rows(rule, pos, o0, o1, rows_of(vid))))
+        else:  # a channel band reads every input whole in both processes; a whole step in this one
+            readers = (0, 1) if rule is not None else (0,)
+            reads = [(proc, vid, None) for vid in st.inputs if vid in slots for proc in readers]
+        meet = any(_clashes(written.get(vid, ()), proc, rows) for proc, vid, rows in reads)
+        if alias[1] >= 0:
+            # each process overwrites its rows of that input: the other must be done reading them
+            for proc, band in enumerate(halves(slots[st.outputs[0]].shape[2])):
+                meet = meet or _clashes(read.get(alias[1], ()), proc, band)
         if meet:
             written.clear()
+            read.clear()
+        for proc, vid, rows in reads:
+            if vid in overwritten:
+                read.setdefault(vid, []).append((proc, *(rows or (0, rows_of(vid)))))
         publish: tuple[int, ...] = ()
-        if rule is not None:
+        if isinstance(rule, RowRule):
             mine, theirs = halves(slots[st.outputs[0]].shape[2])
             for vid in st.outputs:
                 written[vid] = [(0, *mine), (1, *theirs)]
+        elif rule is not None:  # each process wrote some channels of every row
+            for vid in st.outputs:
+                written[vid] = [(0, 0, rows_of(vid)), (1, 0, rows_of(vid))]
         else:
             publish = tuple(v for v in st.outputs if v in slots)
             for vid in publish:
                 written[vid] = [(0, 0, rows_of(vid))]
-        actions.append(Action(rule, meet, publish))
+        actions.append(Action(rule, meet, publish, alias[0]))
     final = any(p == 1 for w in written.values() for p, _, _ in w)
     return Schedule(slots, offset, feeds, tuple(actions), final)
+
+
+def _in_place(
+    plan: ExecutionPlan, rules: dict[int, Rule], values: dict[int, Traced], shared: set[int], fed: set[int]
+) -> dict[int, tuple[int, int]]:
+    """Band steps whose output can share the slot of the input the plain executor would write
+    in place (an input read at the output's rows, that dies at this step and has the output's
+    shape, dtype and layout): output id -> (input position, input id)."""
+    aliases: dict[int, tuple[int, int]] = {}
+    taken: set[int] = set()
+    for st in plan.steps:
+        rule = rules.get(st.index)
+        pos = st.inplace_input
+        if not isinstance(rule, RowRule) or pos < 0 or pos >= len(st.inputs) or len(st.outputs) != 1:
+            continue
+        source, out = st.inputs[pos], st.outputs[0]
+        if (
+            rule.reads[pos] != "rows"
+            or source not in shared
+            or source in fed
+            or source in taken
+            or source not in st.release
+            or st.inputs.count(source) != 1
+            or values[source] != values[out]
+        ):
+            continue
+        aliases[out] = (pos, source)
+        taken.add(source)
+    return aliases
 
 
 def _clashes(writes: Any, reader: int, rows: tuple[int, int] | None) -> bool:
