@@ -279,3 +279,36 @@ def test_an_input_overwritten_in_place_waits_for_the_other_process_reading_it() 
     steps = runner.plan.steps
     (step,) = [s for s, a in zip(steps, schedule.actions) if a.inplace >= 0]
     assert schedule.slots[step.outputs[0]] == schedule.slots[step.inputs[in_place[0].inplace]]
+
+
+def test_a_forked_copy_of_the_session_starts_its_own_helper() -> None:
+    """A caller's child process (multiprocessing with fork) inherits the session and its
+    runner: it must neither drive nor kill its parent's helper."""
+    split, plain = _sessions(_cnn())
+    x = np.random.default_rng(11).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = plain.run(None, {"x": x})
+    split.run(None, {"x": x})
+    split.run(None, {"x": x})
+    runner = split._split
+    assert runner is not None
+    parent_helper = runner._pid
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:  # the caller's child: runs the inherited session, then ends it
+        ok = 0
+        try:
+            got = split.run(None, {"x": x})
+            ok = int(all(np.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, want)))
+            ok += 2 * int(runner._pid not in (0, parent_helper))
+            runner.close()
+        finally:
+            os.write(write_fd, bytes([ok]))
+            os._exit(0)
+    os.close(write_fd)
+    result = os.read(read_fd, 1)
+    os.close(read_fd)
+    os.waitpid(child, 0)
+    assert result == bytes([3])  # right results, from a helper of its own
+    os.kill(parent_helper, 0)  # the parent's helper lives on
+    _assert_same(split.run(None, {"x": x}), want)
+    assert runner._pid == parent_helper and not runner.disabled

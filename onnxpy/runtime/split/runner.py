@@ -98,6 +98,7 @@ class SplitRunner:
         self._bands: dict[int, Bands] = {}
         self.disabled = False
         self._pid = 0
+        self._owner = 0  # the process that forked the helper
         self._fd = -1
         self._arena: mmap.mmap | None = None
         self._control: memoryview | None = None
@@ -210,8 +211,8 @@ class SplitRunner:
     def _ready(self, schedule: Schedule) -> None:
         """A live helper over an arena large enough for ``schedule``, which knows it."""
         need = helper.CONTROL_BYTES + schedule.size
-        if self._pid and (self._arena is None or len(self._arena) < need):
-            self.close()
+        if self._pid and (self._owner != os.getpid() or self._arena is None or len(self._arena) < need):
+            self.close()  # in a forked copy of the session's process: its own helper, anew
         if not self._pid:
             sizes = [helper.CONTROL_BYTES + c.schedule.size for c in self.choices.values() if c.schedule]
             size = max([need, *sizes])
@@ -220,6 +221,7 @@ class SplitRunner:
             self._bands.clear()
             self._sent.clear()
             self._pid, self._fd = helper.start(self.plan, self._arena)
+            self._owner = os.getpid()
         sid = self._ids.setdefault(id(schedule), len(self._ids))
         if sid not in self._sent:
             helper.send(self._fd, ("schedule", sid, schedule))
@@ -255,6 +257,10 @@ class SplitRunner:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if self._pid and self._owner != os.getpid():
+            # A process forked from the session's (the caller's multiprocessing, say) holds a
+            # copy of this runner: the helper is its parent's, not its own to stop.
+            self._pid = 0
         if self._pid:
             try:
                 os.kill(self._pid, signal.SIGKILL)
