@@ -89,11 +89,14 @@ class Bands:
                 args.append(value)
             elif kind == "split":
                 args.append(value[m0:m1])
+            elif kind == "in_channels":
+                c, m = rule.ratio
+                args.append(value[:, m0 * c // m : m1 * c // m])
             else:
                 args.append(value[:, m0:m1])
         fn = step.fn
         if rule.group_keyword:
-            fn = _with_keywords(fn, **{rule.group_keyword: m1 - m0})
+            fn = _with_keywords(fn, **{rule.group_keyword: rule.groups * (m1 - m0) // rule.ratio[1]})
         return fn, args, [self.views[step.outputs[0]][:, m0:m1]]
 
 

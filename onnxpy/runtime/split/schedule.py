@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...planner.plan import ABSENT, DISCARD, ExecutionPlan
-from .geometry import RowRule, Rule, channel_rule, halves, read_rows, row_rule
+from .geometry import CHANNELS_BELOW, RowRule, Rule, channel_rule, halves, read_rows, row_rule
 
 #: byte alignment of each value in the arena (a cache line)
 ALIGN = 64
@@ -88,7 +88,12 @@ def build_schedule(
             continue  # an input that is not an array (a sequence, an optional left empty)
         ins, outs = steps[st.index]
         op, const = (st.domain, st.op_type), [i in constant for i in st.inputs]
-        rule: Rule | None = row_rule(op, st.fn, ins, outs, const) or channel_rule(op, st.fn, ins, outs, const)
+        small = bool(outs) and outs[0] is not None and len(outs[0]) == 4 and outs[0][2] < CHANNELS_BELOW
+        rule: Rule | None
+        if small:
+            rule = channel_rule(op, st.fn, ins, outs, const) or row_rule(op, st.fn, ins, outs, const)
+        else:
+            rule = row_rule(op, st.fn, ins, outs, const) or channel_rule(op, st.fn, ins, outs, const)
         if rule is not None:
             rules[st.index] = rule
     if not rules:
