@@ -312,3 +312,34 @@ def test_a_forked_copy_of_the_session_starts_its_own_helper() -> None:
     os.kill(parent_helper, 0)  # the parent's helper lives on
     _assert_same(split.run(None, {"x": x}), want)
     assert runner._pid == parent_helper and not runner.disabled
+
+
+def test_a_view_of_a_value_keeps_its_slot_from_being_written_over() -> None:
+    """r is read by a Flatten, run whole, whose result is a view of r's memory, and later by a
+    residual add that could write into r's slot: it must not, or the flattened value changes."""
+    rng = np.random.default_rng(12)
+    inits = {
+        "w1": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+        "w2": (rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32),
+        "w3": (rng.standard_normal((8, 8, 1, 1)) * 0.3).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["r"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Flatten", ["r"], ["flat"], axis=1),
+        helper.make_node("Conv", ["r", "w2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c2", "w3"], ["c3"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["c3", "r"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [vinfo("y", TensorProto.FLOAT, None), vinfo("flat", TensorProto.FLOAT, None)],
+        inits,
+    )
+    split, plain = _sessions(model)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    for _ in range(3):
+        _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
+    assert split._split is not None
+    (schedule,) = split._split.schedules.values()
+    assert schedule is not None and all(a.inplace < 0 for a in schedule.actions)

@@ -183,6 +183,9 @@ def _in_place(
     shape, dtype and layout): output id -> (input position, input id)."""
     aliases: dict[int, tuple[int, int]] = {}
     taken: set[int] = set()
+    # A step run whole may return a view of its input (Reshape, Flatten): a value that outlives
+    # its source's id. The slot of a value such a step reads is never written over.
+    read_whole = {i for st in plan.steps if st.index not in rules for i in st.inputs}
     for st in plan.steps:
         rule = rules.get(st.index)
         pos = st.inplace_input
@@ -194,6 +197,7 @@ def _in_place(
             or source not in shared
             or source in fed
             or source in taken
+            or source in read_whole
             or source not in st.release
             or st.inputs.count(source) != 1
             or values[source] != values[out]
