@@ -847,7 +847,10 @@ def conv(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
     ctx: Any = None,
+    into: Any = None,
 ) -> Any:
+    """``into`` (not an ONNX attribute): an output buffer of the compute dtype, as conv_nd's,
+    for a split run's band (runtime/split/bands.py)."""
     y = conv_nd(
         xp,
         X,
@@ -860,5 +863,6 @@ def conv(
         pads=pads,
         strides=strides,
         ctx=ctx,
+        into=into,
     )
     return y.astype(X.dtype, copy=False) if y.dtype != X.dtype else y

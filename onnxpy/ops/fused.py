@@ -90,7 +90,11 @@ def fused_conv(
     channels_last: int = 0,
     ctx: Any = None,
     out: Any = None,
+    into: Any = None,
 ) -> Any:
+    """``out`` is Z's buffer, handed over by the executor (the addend dies here). ``into`` (no
+    Z): an output buffer of the compute dtype, as conv_nd's, for a split run's band
+    (runtime/split/bands.py)."""
     params = activation_params or []
     if out is not None and out is Z and xp is np and group == 1 and not shuffle_groups and not is_channels_last(X):
         # The residual addend dies here (the executor hands its buffer over): the convolution
@@ -124,6 +128,7 @@ def fused_conv(
         epilogue=epilogue,
         shuffle_groups=shuffle_groups,
         channels_last=bool(channels_last),
+        into=into if Z is None else None,
     )
     if epilogue is not None:
         return y

@@ -132,3 +132,37 @@ def test_two_bands_of_a_ceil_mode_max_pool_make_the_whole(h: int, k: int, s: int
         part = max_pool(np, x[:, :, i0:i1], **{**attrs, "pads": [top, 0, bottom, 0]})
         parts.append(part[0] if isinstance(part, tuple) else part)
     np.testing.assert_array_equal(np.concatenate(parts, axis=2), whole)
+
+
+@pytest.mark.parametrize(
+    ("c", "m", "k", "s", "group", "h"),
+    [
+        (16, 32, 1, 1, 1, 14),  # 1x1: one GEMM
+        (8, 16, 3, 1, 1, 12),  # 3x3 im2col
+        (64, 64, 3, 1, 1, 28),  # sizes where Winograd runs
+        (128, 128, 3, 1, 1, 14),
+        (16, 16, 3, 2, 1, 16),  # strided
+        (16, 32, 3, 1, 4, 12),  # grouped
+        (256, 16, 3, 1, 1, 10),  # the tap sum (M <= C/4)
+    ],
+)
+def test_conv_writes_a_band_of_a_larger_output_in_place(c: int, m: int, k: int, s: int, group: int, h: int) -> None:
+    """A split run hands conv_nd a band of its output slot as ``into``: rows [o0, o1) of an
+    NCHW buffer, not C-contiguous. Every path must fill exactly that band."""
+    rng = np.random.default_rng(c + m + k)
+    x = rng.standard_normal((1, c, h, h)).astype(np.float32)
+    w = rng.standard_normal((m, c // group, k, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    p = k // 2
+    attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p, p, p, p], "group": group}
+    whole = conv_nd(np, x, w, b, **attrs)
+    slot = np.full(whole.shape, np.nan, np.float32)
+    rule = row_rule(("", "Conv"), _kernel(**attrs), [x.shape, w.shape, b.shape], [whole.shape], [False, True, True])
+    assert rule is not None
+    for o0, o1 in halves(whole.shape[2]):
+        i0, i1, top, bottom = window_rows(rule.windows[0], o0, o1, h)
+        band = slot[:, :, o0:o1]
+        got = conv_nd(np, x[:, :, i0:i1], w, b, **{**attrs, "pads": [top, p, bottom, p]}, into=band)
+        assert got is band
+    # both float32, by different algorithms where Winograd runs on one and not the other
+    np.testing.assert_allclose(slot, whole, rtol=1e-4, atol=2e-5 * float(np.abs(whole).max()))

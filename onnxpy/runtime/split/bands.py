@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...planner.plan import ExecutionPlan, Step
-from .geometry import ChannelRule, Rule, extent, halves, window_at, window_rows
+from .geometry import FUSED, ChannelRule, RowRule, Rule, extent, halves, window_at, window_rows
 from .schedule import Schedule, slot_view
 
 
@@ -42,7 +42,7 @@ class Bands:
         if result.__class__ is tuple:
             for out, r in zip(outs, result):
                 out[...] = r
-        else:
+        elif result is not outs[0]:  # not written into the slot by the kernel itself
             outs[0][...] = result
 
     def _bind(self, step: Step, rule: Rule, part: int) -> tuple[Callable[..., Any], list[Any], list[Any]]:
@@ -71,12 +71,16 @@ class Bands:
         if rule.windows:
             fn = _with_keywords(fn, pads=pads, auto_pad="NOTSET")
         action = self.schedule.actions[step.index]
+        outs = [self.views[vid][:, :, a:b] for vid in step.outputs]
+        if action.inplace < 0 and _writes_into(step, rule, outs):
+            # the kernel's GEMM writes the band straight into its slot (no copy afterwards)
+            return _with_keywords(fn, into=outs[0]), args, outs
         if action.inplace >= 0:
             # the output's slot is this input's: its band is the output band, the same object
             # (kernels check ``out is Z`` before adding into it)
             self._in_place[(step.index, part)] = args[action.inplace]
             return fn, args, [args[action.inplace]]
-        return fn, args, [self.views[vid][:, :, a:b] for vid in step.outputs]
+        return fn, args, outs
 
     def _bind_channels(
         self, step: Step, rule: ChannelRule, m0: int, m1: int
@@ -98,6 +102,26 @@ class Bands:
         if rule.group_keyword:
             fn = _with_keywords(fn, **{rule.group_keyword: rule.groups * (m1 - m0) // rule.ratio[1]})
         return fn, args, [self.views[step.outputs[0]][:, m0:m1]]
+
+
+#: kernels that take conv_nd's ``into`` (ops/conv.py, ops/fused.py)
+_INTO_KERNELS = {("", "Conv"), (FUSED, "FusedConv")}
+
+
+def _writes_into(step: Step, rule: RowRule, outs: list[Any]) -> bool:
+    """Whether ``step``'s kernel can write its band into ``outs[0]``: a plain or fused
+    convolution without a residual, whose band of an NCHW slot flattens to (N, M, rows x W)
+    without a copy, as conv_nd's GEMMs need."""
+    if (step.domain, step.op_type) not in _INTO_KERNELS or len(outs) != 1 or "rows" in rule.reads[1:]:
+        return False
+    band = outs[0]
+    n, m, h, w = band.shape
+    flat = band.view()
+    try:
+        flat.shape = (n, m, h * w)  # raises where the band's rows and columns do not merge
+    except AttributeError:
+        return False
+    return band.strides[3] == band.itemsize
 
 
 def _with_keywords(fn: Any, **changes: Any) -> Any:
