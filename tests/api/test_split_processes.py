@@ -343,3 +343,60 @@ def test_a_view_of_a_value_keeps_its_slot_from_being_written_over() -> None:
     assert split._split is not None
     (schedule,) = split._split.schedules.values()
     assert schedule is not None and all(a.inplace < 0 for a in schedule.actions)
+
+
+def test_runs_from_several_threads_at_once() -> None:
+    """One split run at a time; runs from other threads meanwhile go the plain way."""
+    from tests.helpers import run_in_threads
+
+    split, plain = _sessions(_cnn())
+    rng = np.random.default_rng(13)
+    xs = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(4)]
+    wants = [plain.run(None, {"x": x}) for x in xs]
+    split.run(None, {"x": xs[0]})  # traced
+
+    def worker(k: int) -> None:
+        for _ in range(5):
+            _assert_same(split.run(None, {"x": xs[k]}), wants[k])
+
+    run_in_threads(worker, 4)
+    assert split._split is not None and not split._split.disabled
+
+
+def test_the_helper_exits_when_the_sessions_process_is_killed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    model = tmp_path / "cnn.onnx"
+    onnx.save(_cnn(), str(model))
+    code = f"""
+import sys, time, numpy as np, onnxpy
+o = onnxpy.SessionOptions()
+o.add_session_config_entry({KEY!r}, "always")
+s = onnxpy.InferenceSession({str(model)!r}, o)
+x = np.ones((1, 3, 32, 32), np.float32)
+s.run(None, {{"x": x}}); s.run(None, {{"x": x}})
+print(s._split._pid, flush=True)
+time.sleep(60)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())
+        assert _alive(pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), "the helper outlived the session's process"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its new parent to reap it counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return False

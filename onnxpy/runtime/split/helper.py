@@ -4,12 +4,12 @@ computes the helper's band of each band step of a run; a pipe brings it schedule
 
 Both processes meet at barriers: counters in the shared control block, spun on. A barrier
 never hangs: the session's process checks that the helper lives (and has not failed) while it
-waits, and gives up after ``WAIT_LIMIT_S``; the helper exits when the session's process is gone.
+waits, and gives up after ``WAIT_LIMIT_S``; the helper exits when the session's process is gone
+(its pipe closes, or its parent changes).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import pickle
 import signal
@@ -116,7 +116,9 @@ def start(plan: ExecutionPlan, arena: Any) -> tuple[int, int]:
 
 def _serve(plan: ExecutionPlan, arena: Any, fd: int, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the session process's to handle
-    _die_with_parent()
+    # Not PR_SET_PDEATHSIG: it fires when the forking *thread* ends, and a session may first run
+    # split on a short-lived thread. A dead parent closes the pipe (EOF here) or changes
+    # getppid (checked while waiting at a barrier).
     setters = _blas_setters()
     if setters:
         setters[0](1)  # two processes, one core each: OpenBLAS must not add threads to them
@@ -151,12 +153,3 @@ def _run_half(plan: ExecutionPlan, bands: Bands, meet: Meeting) -> None:
             bands.run(step, rule, 1)
     if schedule.final_barrier:
         meet()
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills the helper when the session's process dies (PR_SET_PDEATHSIG)."""
-    try:
-        libc = ctypes.CDLL(None)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # the getppid check in the barrier still applies
-        pass
