@@ -376,6 +376,15 @@ class InferenceSession:
             raise InvalidGraph(f"the model nests too deeply to run: {e}") from e
         return [self._to_user(v, input_feed) for v in out]
 
+    def _split_device_run(self, compiled: CompiledGraph, plan: Any, feeds: dict[str, Any]) -> list[Any] | None:
+        """A split run for the general path (output names, run options, IOBinding) where it can
+        be one: host arrays into a CPU session without a thread cap. None otherwise."""
+        if self._facts.intra_op_threads or compiled.provider.device_type != "cpu" or compiled.placement.mixed:
+            return None
+        if any(v.__class__ is not np.ndarray for v in feeds.values()):
+            return None
+        return self._split_runner(plan).run({plan.feed_ids[n]: v for n, v in feeds.items()})
+
     def _split_runner(self, plan: Any) -> SplitRunner:
         """The row-split runner of ``plan`` (a new plan, after set_providers, starts afresh)."""
         split = self._split
@@ -553,7 +562,11 @@ class InferenceSession:
         try:
             # Kernels follow IEEE semantics (log(0) = -inf...) silently, as onnxruntime does.
             with self._facts.thread_limit(), np.errstate(all="ignore"):
-                out = compiled.run(feeds, plan=plan, terminate=terminate, observer=observer)
+                out = None
+                if self._split is not None and terminate is None and observer is None and plan is compiled.plan:
+                    out = self._split_device_run(compiled, plan, feeds)
+                if out is None:
+                    out = compiled.run(feeds, plan=plan, terminate=terminate, observer=observer)
         except OnnxpyError:
             raise
         except RecursionError as e:

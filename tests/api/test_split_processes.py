@@ -400,3 +400,26 @@ def _alive(pid: int) -> bool:
             return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
     except FileNotFoundError:
         return False
+
+
+def test_iobinding_and_run_options_runs_split_too() -> None:
+    """run_with_iobinding and run with output names or RunOptions take the general path; it
+    splits as run() does, and bound output buffers receive the results."""
+    split, plain = _sessions(_cnn())
+    x = np.random.default_rng(14).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = plain.run(None, {"x": x})
+    binding = split.io_binding()
+    binding.bind_cpu_input("x", x)
+    y = np.empty_like(want[0])
+    binding.bind_output("y", "cpu", 0, np.float32, list(y.shape), y.ctypes.data)
+    binding.bind_output("cat")
+    for _ in range(3):
+        split.run_with_iobinding(binding)
+        got = binding.copy_outputs_to_cpu()
+        _assert_same(got, want)
+        np.testing.assert_allclose(y, want[0], rtol=1e-5, atol=1e-5)
+    _assert_same(split.run(["y", "cat"], {"x": x}, onnxpy.RunOptions()), want)
+    runner = split._split
+    assert runner is not None and not runner.disabled and runner._pid > 0
+    (schedule,) = runner.schedules.values()
+    assert schedule is not None and schedule.banded > 0
