@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# Keyword-only parameters that are not ONNX attributes.
-RUNTIME_PARAMS = frozenset({"ctx", "out"})
+# Keyword-only parameters that are not ONNX attributes ("into": a split run's output band).
+RUNTIME_PARAMS = frozenset({"ctx", "out", "into"})
 
 
 @dataclass(frozen=True)
