@@ -246,10 +246,8 @@ def test_real_models_with_random_weights(path) -> None:  # type: ignore[no-untyp
     assert schedule is not None and schedule.banded >= 10
 
 
-def test_an_input_overwritten_in_place_waits_for_the_other_process_reading_it() -> None:
-    """r = conv3x3(x); y = conv1x1(conv3x3(r)) + r. The residual add writes into r's slot (r
-    dies there), but the second 3x3 convolution read r's rows on both sides of the halves'
-    border: each process must wait for the other before overwriting its rows of r."""
+def _residual_model(flatten: bool) -> onnx.ModelProto:
+    """r = conv3x3(x); y = conv1x1(conv3x3(r)) + r (and flat = Flatten(r), fetched)."""
     rng = np.random.default_rng(10)
     inits = {
         "w1": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
@@ -262,11 +260,19 @@ def test_an_input_overwritten_in_place_waits_for_the_other_process_reading_it() 
         helper.make_node("Conv", ["c2", "w3"], ["c3"], kernel_shape=[1, 1]),
         helper.make_node("Add", ["c3", "r"], ["y"]),
     ]
-    model = make_model(
-        nodes, [vinfo("x", TensorProto.FLOAT, [1, 3, 24, 24])], [vinfo("y", TensorProto.FLOAT, None)], inits
-    )
-    split, plain = _sessions(model)
-    x = rng.standard_normal((1, 3, 24, 24)).astype(np.float32)
+    outputs = [vinfo("y", TensorProto.FLOAT, None)]
+    if flatten:
+        nodes.insert(1, helper.make_node("Flatten", ["r"], ["flat"], axis=1))
+        outputs.append(vinfo("flat", TensorProto.FLOAT, None))
+    return make_model(nodes, [vinfo("x", TensorProto.FLOAT, [1, 3, 24, 24])], outputs, inits)
+
+
+def test_an_input_overwritten_in_place_waits_for_the_other_process_reading_it() -> None:
+    """r = conv3x3(x); y = conv1x1(conv3x3(r)) + r. The residual add writes into r's slot (r
+    dies there), but the second 3x3 convolution read r's rows on both sides of the halves'
+    border: each process must wait for the other before overwriting its rows of r."""
+    split, plain = _sessions(_residual_model(flatten=False))
+    x = np.random.default_rng(10).standard_normal((1, 3, 24, 24)).astype(np.float32)
     for _ in range(3):
         _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
     runner = split._split
@@ -317,27 +323,8 @@ def test_a_forked_copy_of_the_session_starts_its_own_helper() -> None:
 def test_a_view_of_a_value_keeps_its_slot_from_being_written_over() -> None:
     """r is read by a Flatten, run whole, whose result is a view of r's memory, and later by a
     residual add that could write into r's slot: it must not, or the flattened value changes."""
-    rng = np.random.default_rng(12)
-    inits = {
-        "w1": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
-        "w2": (rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32),
-        "w3": (rng.standard_normal((8, 8, 1, 1)) * 0.3).astype(np.float32),
-    }
-    nodes = [
-        helper.make_node("Conv", ["x", "w1"], ["r"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        helper.make_node("Flatten", ["r"], ["flat"], axis=1),
-        helper.make_node("Conv", ["r", "w2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        helper.make_node("Conv", ["c2", "w3"], ["c3"], kernel_shape=[1, 1]),
-        helper.make_node("Add", ["c3", "r"], ["y"]),
-    ]
-    model = make_model(
-        nodes,
-        [vinfo("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [vinfo("y", TensorProto.FLOAT, None), vinfo("flat", TensorProto.FLOAT, None)],
-        inits,
-    )
-    split, plain = _sessions(model)
-    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    split, plain = _sessions(_residual_model(flatten=True))
+    x = np.random.default_rng(12).standard_normal((1, 3, 24, 24)).astype(np.float32)
     for _ in range(3):
         _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
     assert split._split is not None
