@@ -369,6 +369,10 @@ time.sleep(60)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
+        import select
+
+        ready, _, _ = select.select([proc.stdout], [], [], 120)  # never wait forever
+        assert ready, "the session's process printed no helper pid within 120 s"
         pid = int(proc.stdout.readline())
         assert _alive(pid)
     finally:
