@@ -6,6 +6,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ...planner.plan import ExecutionPlan, Step
 from .geometry import FUSED, ChannelRule, RowRule, Rule, extent, halves, window_at, window_rows
 from .schedule import Schedule, slot_view
@@ -101,7 +103,20 @@ class Bands:
         fn = step.fn
         if rule.group_keyword:
             fn = _with_keywords(fn, **{rule.group_keyword: rule.groups * (m1 - m0) // rule.ratio[1]})
-        return fn, args, [self.views[step.outputs[0]][:, m0:m1]]
+        out = self.views[step.outputs[0]]
+        if rule.shuffle:
+            g = rule.shuffle
+            per = out.shape[1] // g  # output channels per group
+            # the band's unshuffled channel a * per + j (its groups a) goes to j * g + a
+            where = np.array([j * g + a for a in range(m0 // per, m1 // per) for j in range(per)])
+            kernel = _with_keywords(fn, shuffle_groups=0)
+
+            def shuffled(*inputs: Any) -> Any:
+                out[:, where] = kernel(*inputs)
+                return out  # written: run() copies nothing more
+
+            return shuffled, args, [out]
+        return fn, args, [out[:, m0:m1]]
 
 
 #: kernels that take conv_nd's ``into`` (ops/conv.py, ops/fused.py)

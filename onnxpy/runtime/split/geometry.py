@@ -272,6 +272,10 @@ class ChannelRule:
     #: (input channels, output channels) of a grouped convolution, and its group count
     ratio: tuple[int, int] = (1, 1)
     groups: int = 0
+    #: the convolution shuffles its output channels over its ``groups`` (FusedConv's
+    #: shuffle_groups): a band computes its groups unshuffled and writes them where the shuffle
+    #: puts them, output channel a * M/g + j at j * g + a
+    shuffle: int = 0
 
 
 Rule = RowRule | ChannelRule
@@ -303,7 +307,13 @@ def channel_rule(
 
     if op in (("", "Conv"), (FUSED, "FusedConv")):
         group = kw.get("group", 1)
-        if kw.get("shuffle_groups", 0) or not (weights(1, m) and weights(2, m)):
+        shuffle = kw.get("shuffle_groups", 0)
+        if not (weights(1, m) and weights(2, m)):
+            return None
+        if shuffle and (shuffle != group or len(input_shapes) > 3):
+            # ShuffleNet's grouped 1x1 convolutions shuffle over their own groups: half the
+            # groups fill every other channel block of the output (below). Other shuffles (and
+            # a residual in shuffled order) stay whole.
             return None
         x = input_shapes[0]
         reads = ["whole", "split", "split"][: len(input_shapes)]
@@ -320,7 +330,7 @@ def channel_rule(
             reads.append("channels")
         if keyword:
             assert x is not None
-            return ChannelRule(tuple(reads), keyword, (x[1], m), group)
+            return ChannelRule(tuple(reads), keyword, (x[1], m), group, shuffle)
         return ChannelRule(tuple(reads))
     if op == (FUSED, "PointwiseDepthwiseConv"):
         if len(input_shapes) != 5 or kw.get("group1", 1) != 1 or kw.get("shuffle_groups1", 0) or kw.get("group") != m:
