@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 
 import onnxpy
 from onnxpy.runtime.split import runner as split_runner
+from onnxpy.runtime.split.geometry import ChannelRule
 from tests.helpers import LIGHT_DIR, make_model, randomize_weights, shared_models, vinfo
 
 pytestmark = pytest.mark.skipif(
@@ -414,3 +415,36 @@ def test_iobinding_and_run_options_runs_split_too() -> None:
     assert runner is not None and not runner.disabled and runner._pid > 0
     (schedule,) = runner.schedules.values()
     assert schedule is not None and schedule.banded > 0
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_fully_connected_layers_split_their_columns(trans_b: int) -> None:
+    """A head's Gemm computes half its output columns in each process, from its half of the
+    weights (rows or columns by transB) and of the bias (here [1, N])."""
+    rng = np.random.default_rng(15 + trans_b)
+    k, n = 8 * 16 * 16, 64
+    weights = (rng.standard_normal((n, k) if trans_b else (k, n)) * 0.05).astype(np.float32)
+    inits = {
+        "w1": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+        "wf": weights,
+        "bf": rng.standard_normal((1, n)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Flatten", ["c1"], ["f"], axis=1),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["g"], transB=trans_b),
+        helper.make_node("Relu", ["g"], ["y"]),
+    ]
+    model = make_model(
+        nodes, [vinfo("x", TensorProto.FLOAT, [1, 3, 16, 16])], [vinfo("y", TensorProto.FLOAT, None)], inits
+    )
+    split, plain = _sessions(model)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    for _ in range(3):
+        _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
+    runner = split._split
+    assert runner is not None and not runner.disabled
+    (schedule,) = runner.schedules.values()
+    assert schedule is not None
+    gemms = [a for s, a in zip(runner.plan.steps, schedule.actions) if "Gemm" in s.op_type]
+    assert len(gemms) == 1 and isinstance(gemms[0].band, ChannelRule)

@@ -290,13 +290,17 @@ def channel_rule(
 ) -> ChannelRule | None:
     """The channel rule of a convolution with constant weights (plain, or a 1x1 followed by a
     depthwise one), or None."""
-    if len(output_shapes) != 1 or output_shapes[0] is None or len(output_shapes[0]) != 4:
+    if len(output_shapes) != 1 or output_shapes[0] is None or len(output_shapes[0]) not in (2, 4):
         return None
     out = output_shapes[0]
     m = out[1]
     if m < MIN_CHANNELS or not isinstance(kernel, functools.partial) or not input_shapes or constant[0]:
         return None
     kw = kernel.keywords
+    if op in (("", "Gemm"), (FUSED, "FusedGemm")):
+        return _gemm_rule(kw, input_shapes, out, constant)
+    if len(out) != 4:
+        return None
 
     def weights(position: int, rows: int) -> bool:
         """A constant weight or bias with ``rows`` on axis 0, or an absent bias."""
@@ -340,6 +344,27 @@ def channel_rule(
             return None
         return ChannelRule(("whole", "split", "split", "split", "split"), "group", (m, m), m)
     return None
+
+
+def _gemm_rule(
+    kw: dict[str, Any], input_shapes: list[Shape | None], out: Shape, constant: list[bool]
+) -> ChannelRule | None:
+    """A fully connected layer (the heads of AlexNet, VGG, MobileNet): halves of its output
+    columns, each from its half of the constant weights (row or column halves by transB) and
+    of the bias."""
+    if kw.get("transA", 0) or len(input_shapes) < 2 or not constant[1] or input_shapes[1] is None:
+        return None
+    n = out[1]
+    b = input_shapes[1]
+    if len(b) != 2 or b[0 if kw.get("transB", 0) else 1] != n:
+        return None
+    reads = ["whole", "split" if kw.get("transB", 0) else "channels"]
+    if len(input_shapes) > 2 and input_shapes[2] is not None:
+        c = input_shapes[2]
+        if c[-1:] != (n,) or (len(c) == 2 and c[0] != 1) or len(c) > 2:
+            return None  # a bias per row too, or a scalar: left whole
+        reads.append("split" if len(c) == 1 else "channels")
+    return ChannelRule(tuple(reads))
 
 
 def extent(rule: Rule, shape: Shape) -> int:
