@@ -180,8 +180,9 @@ def test_the_helper_ends_with_the_session() -> None:
 def test_calibration_keeps_split_runs_only_where_they_measured_faster(
     monkeypatch: pytest.MonkeyPatch, faster: bool
 ) -> None:
-    """With "1" the runs after the traced one are timed, plain ones then split ones; then the
-    faster kind stays. The threshold is forced here, as timing is not for tests to assert."""
+    """With "1" the runs after the traced one are timed in blocks, plain and split in turn;
+    then the faster kind stays. The threshold is forced here, as timing is not for tests to
+    assert."""
     monkeypatch.setattr(split_runner, "KEEP_BELOW", 1e9 if faster else 0.0)
     monkeypatch.setattr(split_runner, "SETTLE_S", 0.0)
     split, plain = _sessions(_cnn(), mode="1")
@@ -189,10 +190,11 @@ def test_calibration_keeps_split_runs_only_where_they_measured_faster(
     want = plain.run(None, {"x": x})
     runner = split._split
     assert runner is not None
-    timed = split_runner.CALIBRATION_WARMUP + split_runner.CALIBRATION_RUNS
-    for _ in range(1 + 2 * timed):
+    blocks = split_runner.CALIBRATION_BLOCKS
+    for _ in range(1 + len(blocks) * split_runner.BLOCK_RUNS):
         _assert_same(split.run(None, {"x": x}), want)
     (choice,) = runner.choices.values()
+    timed = blocks.count("split") * (split_runner.BLOCK_RUNS - split_runner.BLOCK_WARMUP)
     assert len(choice.split_s) == len(choice.plain_s) == timed
     assert choice.split is faster
     # a kept choice leaves the helper running; a dropped one ends it with the arena

@@ -56,12 +56,14 @@ def supported() -> str | None:
     return None
 
 
-#: split and plain runs timed per input signature before choosing ("1"); each kind's median
-#: decides, so a slow moment of the machine in a few of them does not
-CALIBRATION_RUNS = 5
-#: runs of each kind before those timed: the first split runs after the fork pay for
-#: copy-on-write page faults in both processes and for the bands' first calls
-CALIBRATION_WARMUP = 2
+#: "1" times the first runs of an input signature in blocks of plain and split runs, in this
+#: order, and compares the medians: two rounds, so that one slow phase of the machine does not
+#: decide (on a 2-core VM it can slow everything by 20% for seconds)
+CALIBRATION_BLOCKS = ("plain", "split", "plain", "split")
+#: runs per block; the first of each is not timed (a split block's first runs after the fork
+#: also pay for copy-on-write page faults and the bands' first calls)
+BLOCK_RUNS = 5
+BLOCK_WARMUP = 1
 #: split runs starting sooner than this after a plain run are not timed (OpenBLAS's idle
 #: threads spin 50-100 ms after their last work)
 SETTLE_S = 0.2
@@ -80,6 +82,9 @@ class _Choice:
     plain_s: list[float] = field(default_factory=list)
     #: when the last plain calibration run ended (perf_counter)
     plain_end: float = 0.0
+    #: the calibration block now running, and its runs so far (timed or not)
+    block: int = 0
+    in_block: int = 0
 
 
 class SplitRunner:
@@ -128,35 +133,43 @@ class SplitRunner:
             return None
         if choice.split:
             return self._split(choice.schedule, feeds)
-        # Calibrating: plain runs, then split runs, timed. Not in turn: after a plain run
-        # OpenBLAS's second thread spins for a while, and a split run beside it is twice as
-        # slow (MobileNet-v2: 27 against 13 ms), which is not what later split runs see.
+        # Calibrating, in blocks (CALIBRATION_BLOCKS). Not in turn: after a plain run OpenBLAS's
+        # second thread spins for a while, and a split run beside it is twice as slow
+        # (MobileNet-v2: 27 against 13 ms), which is not what later split runs see.
         assert self.plan is not None
-        wanted = CALIBRATION_WARMUP + CALIBRATION_RUNS
         started = time.perf_counter()
-        if len(choice.plain_s) < wanted:
+        timed = choice.in_block >= BLOCK_WARMUP
+        if CALIBRATION_BLOCKS[choice.block] == "plain":
             out: list[Any] | None = execute(self.plan, feeds)
-            choice.plain_s.append(time.perf_counter() - started)
             choice.plain_end = time.perf_counter()
-            return out
-        out = self._split(choice.schedule, feeds)
-        if out is None:
-            return None
-        if started - choice.plain_end > SETTLE_S:
-            choice.split_s.append(time.perf_counter() - started)
-        if len(choice.split_s) >= wanted:
-            split = float(np.median(choice.split_s[CALIBRATION_WARMUP:]))
-            plain = float(np.median(choice.plain_s[CALIBRATION_WARMUP:]))
-            choice.split = split <= KEEP_BELOW * plain
-            log.info(
-                "split runs %.2f ms against %.2f ms plain: %s",
-                split * 1e3,
-                plain * 1e3,
-                "split from now on" if choice.split else "plain from now on",
-            )
-            if not any(c.split is not False and c.schedule for c in self.choices.values()):
-                self.close()  # no signature left to split: the helper and arena go
+            if timed:
+                choice.plain_s.append(choice.plain_end - started)
+            choice.in_block += 1
+        else:
+            out = self._split(choice.schedule, feeds)
+            if out is None:
+                return None
+            if started - choice.plain_end > SETTLE_S:  # runs inside the settling time don't count
+                if timed:
+                    choice.split_s.append(time.perf_counter() - started)
+                choice.in_block += 1
+        if choice.in_block >= BLOCK_RUNS:
+            choice.block, choice.in_block = choice.block + 1, 0
+            if choice.block == len(CALIBRATION_BLOCKS):
+                self._decide(choice)
         return out
+
+    def _decide(self, choice: _Choice) -> None:
+        split, plain = float(np.median(choice.split_s)), float(np.median(choice.plain_s))
+        choice.split = split <= KEEP_BELOW * plain
+        log.info(
+            "split runs %.2f ms against %.2f ms plain: %s",
+            split * 1e3,
+            plain * 1e3,
+            "split from now on" if choice.split else "plain from now on",
+        )
+        if not any(c.split is not False and c.schedule for c in self.choices.values()):
+            self.close()  # no signature left to split: the helper and arena go
 
     def _split(self, schedule: Schedule, feeds: dict[int, np.ndarray]) -> list[Any] | None:
         try:
