@@ -67,8 +67,11 @@ BLOCK_WARMUP = 1
 #: split runs starting sooner than this after a plain run are not timed (OpenBLAS's idle
 #: threads spin 50-100 ms after their last work)
 SETTLE_S = 0.2
-#: split runs are kept where their median is at most this fraction of the plain runs'
-KEEP_BELOW = 0.97
+#: split runs are kept unless their median is this much above the plain runs': in steady state
+#: they beat plain runs on 10 of 11 CNNs here (three benchmark runs each way; DenseNet, 20%
+#: slower, is the exception), and calibration's split runs, the first after the fork, come
+#: out a little slow
+KEEP_BELOW = 1.05
 
 
 @dataclass
