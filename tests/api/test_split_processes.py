@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import time
+from typing import Any
 
 import numpy as np
 import onnx
@@ -81,6 +82,31 @@ def _assert_same(split: list[np.ndarray], plain: list[np.ndarray]) -> None:
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
+def _split_running(seed: int) -> tuple[onnxpy.InferenceSession, np.ndarray, list[np.ndarray], Any]:
+    """A split session of the test CNN after its traced run and a split one (its helper
+    running), an input, the plain session's outputs for it, and the session's runner."""
+    split, plain = _sessions(_cnn())
+    x = np.random.default_rng(seed).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = plain.run(None, {"x": x})
+    split.run(None, {"x": x})
+    split.run(None, {"x": x})
+    runner = split._split
+    assert runner is not None and runner._pid > 0
+    return split, x, want, runner
+
+
+def _matching_runs(split: onnxpy.InferenceSession, plain: onnxpy.InferenceSession, x: np.ndarray) -> tuple[Any, Any]:
+    """Three runs of both sessions on ``x``, equal; then the split session's runner (still on)
+    and its one schedule."""
+    for _ in range(3):
+        _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
+    runner = split._split
+    assert runner is not None and not runner.disabled
+    (schedule,) = runner.schedules.values()
+    assert schedule is not None
+    return runner, schedule
+
+
 def test_split_runs_match_a_plain_session_run_after_run() -> None:
     split, plain = _sessions(_cnn())
     rng = np.random.default_rng(1)
@@ -122,13 +148,7 @@ def test_each_input_shape_gets_its_own_schedule() -> None:
 
 
 def test_a_dead_helper_turns_the_feature_off_and_the_run_is_still_right(caplog: pytest.LogCaptureFixture) -> None:
-    split, plain = _sessions(_cnn())
-    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    want = plain.run(None, {"x": x})
-    split.run(None, {"x": x})
-    split.run(None, {"x": x})
-    runner = split._split
-    assert runner is not None and runner._pid > 0
+    split, x, want, runner = _split_running(seed=5)
     os.kill(runner._pid, signal.SIGKILL)
     time.sleep(0.05)
     with caplog.at_level(logging.WARNING, logger="onnxpy"):
@@ -161,14 +181,9 @@ def test_a_failing_helper_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_helper_ends_with_the_session() -> None:
-    split, _ = _sessions(_cnn())
-    x = np.random.default_rng(7).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    split.run(None, {"x": x})
-    split.run(None, {"x": x})
-    assert split._split is not None
-    pid = split._split._pid
-    assert pid > 0
-    del split
+    split, _, _, runner = _split_running(seed=7)
+    pid = runner._pid
+    del split, runner
     import gc
 
     gc.collect()
@@ -276,12 +291,7 @@ def test_an_input_overwritten_in_place_waits_for_the_other_process_reading_it() 
     border: each process must wait for the other before overwriting its rows of r."""
     split, plain = _sessions(_residual_model(flatten=False))
     x = np.random.default_rng(10).standard_normal((1, 3, 24, 24)).astype(np.float32)
-    for _ in range(3):
-        _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
-    runner = split._split
-    assert runner is not None and not runner.disabled
-    (schedule,) = runner.schedules.values()
-    assert schedule is not None
+    runner, schedule = _matching_runs(split, plain, x)
     in_place = [a for a in schedule.actions if a.inplace >= 0]
     assert len(in_place) == 1 and in_place[0].barrier
     # the output shares the residual's slot: one slot fewer than values
@@ -293,13 +303,7 @@ def test_an_input_overwritten_in_place_waits_for_the_other_process_reading_it() 
 def test_a_forked_copy_of_the_session_starts_its_own_helper() -> None:
     """A caller's child process (multiprocessing with fork) inherits the session and its
     runner: it must neither drive nor kill its parent's helper."""
-    split, plain = _sessions(_cnn())
-    x = np.random.default_rng(11).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    want = plain.run(None, {"x": x})
-    split.run(None, {"x": x})
-    split.run(None, {"x": x})
-    runner = split._split
-    assert runner is not None
+    split, x, want, runner = _split_running(seed=11)
     parent_helper = runner._pid
     read_fd, write_fd = os.pipe()
     child = os.fork()
@@ -442,11 +446,6 @@ def test_fully_connected_layers_split_their_columns(trans_b: int) -> None:
     )
     split, plain = _sessions(model)
     x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
-    for _ in range(3):
-        _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
-    runner = split._split
-    assert runner is not None and not runner.disabled
-    (schedule,) = runner.schedules.values()
-    assert schedule is not None
+    runner, schedule = _matching_runs(split, plain, x)
     gemms = [a for s, a in zip(runner.plan.steps, schedule.actions) if "Gemm" in s.op_type]
     assert len(gemms) == 1 and isinstance(gemms[0].band, ChannelRule)
