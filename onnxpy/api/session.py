@@ -367,11 +367,10 @@ class InferenceSession:
         feed_ids = plan.feed_ids
         try:
             with np.errstate(all="ignore"):
-                out = None
-                if self._split is not None:
-                    out = self._split_runner(plan).run({feed_ids[n]: v for n, v in input_feed.items()})
+                feeds = {feed_ids[n]: v for n, v in input_feed.items()}
+                out = None if self._split is None else self._split_runner(plan).run(feeds)
                 if out is None:
-                    out = execute(plan, {feed_ids[n]: v for n, v in input_feed.items()})
+                    out = execute(plan, feeds)
         except RecursionError as e:
             raise InvalidGraph(f"the model nests too deeply to run: {e}") from e
         return [self._to_user(v, input_feed) for v in out]
