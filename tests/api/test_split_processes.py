@@ -449,3 +449,77 @@ def test_fully_connected_layers_split_their_columns(trans_b: int) -> None:
     runner, schedule = _matching_runs(split, plain, x)
     gemms = [a for s, a in zip(runner.plan.steps, schedule.actions) if "Gemm" in s.op_type]
     assert len(gemms) == 1 and isinstance(gemms[0].band, ChannelRule)
+
+
+def _encoder_block() -> onnx.ModelProto:
+    """A transformer's feed-forward block on (batch, tokens, features): MatMul + bias, GELU,
+    MatMul + bias + residual, LayerNormalization, and a per-token scale."""
+    rng = np.random.default_rng(21)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
+
+    inits = {"w1": w(32, 64), "b1": w(64), "w2": w(64, 32), "b2": w(32), "g": w(32) + 1, "be": w(32)}
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["h1"]),
+        helper.make_node("Gelu", ["h1"], ["a1"]),
+        helper.make_node("MatMul", ["a1", "w2"], ["m2"]),
+        helper.make_node("Add", ["m2", "b2"], ["h2"]),
+        helper.make_node("Add", ["h2", "x"], ["r"]),
+        helper.make_node("LayerNormalization", ["r", "g", "be"], ["ln"], axis=-1),
+        helper.make_node("Mul", ["ln", "scale"], ["y"]),
+    ]
+    return make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, ["N", "S", 32]), vinfo("scale", TensorProto.FLOAT, ["N", "S", 1])],
+        [vinfo("y", TensorProto.FLOAT, None)],
+        inits,
+        opset=20,
+    )
+
+
+def test_token_steps_split_their_tokens() -> None:
+    split, plain = _sessions(_encoder_block())
+    rng = np.random.default_rng(22)
+    for n, s in ((1, 40), (2, 17), (1, 40)):
+        feeds = {
+            "x": rng.standard_normal((n, s, 32)).astype(np.float32),
+            "scale": rng.random((n, s, 1)).astype(np.float32),
+        }
+        for _ in range(2):
+            _assert_same(split.run(None, feeds), plain.run(None, feeds))
+    runner = split._split
+    assert runner is not None and not runner.disabled and runner._pid > 0
+    assert len(runner.schedules) == 2
+    for schedule in runner.schedules.values():
+        assert schedule is not None
+        banded = {s.op_type for s, a in zip(runner.plan.steps, schedule.actions) if a.band is not None}
+        assert {"LayerNormalization", "Mul"} <= banded
+        assert banded & {"MatMul", "FusedMatMul"}
+
+
+def test_bert_splits_its_tokens_and_attention_its_queries() -> None:
+    """The shared BERT (random weights) with a padding mask: results equal, attention and the
+    dense layers run in halves of tokens, and reading a value's shape (the memoized shape
+    computations) never waits for the other process."""
+    path = next((p for p in shared_models() if p.stem == "bert_l2_h128"), None)
+    if path is None:
+        pytest.skip("../shared/models/bert_l2_h128.onnx is not here (a fresh clone has no ../shared)")
+    split, plain = _sessions(str(path))
+    rng = np.random.default_rng(23)
+    mask = np.ones((1, 48), np.int64)
+    mask[0, 36:] = 0
+    feeds = {"input_ids": rng.integers(0, 1000, (1, 48)).astype(np.int64), "attention_mask": mask}
+    want = plain.run(None, feeds)
+    for _ in range(3):
+        for a, b in zip(split.run(None, feeds), want):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    runner = split._split
+    assert runner is not None and not runner.disabled
+    (schedule,) = runner.schedules.values()
+    assert schedule is not None
+    steps = list(zip(runner.plan.steps, schedule.actions))
+    banded = [s.op_type for s, a in steps if a.band is not None]
+    assert banded.count("Attention") == 2 and banded.count("LayerNormalization") == 5
+    assert not [s for s, a in steps if s.op_type in ("ShapeMemo", "Shape") and a.barrier]

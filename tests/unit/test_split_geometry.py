@@ -166,3 +166,85 @@ def test_conv_writes_a_band_of_a_larger_output_in_place(c: int, m: int, k: int, 
         assert got is band
     # both float32, by different algorithms where Winograd runs on one and not the other
     np.testing.assert_allclose(slot, whole, rtol=1e-4, atol=2e-5 * float(np.abs(whole).max()))
+
+
+# -- token sequences (batch, tokens, features): rows are tokens --------------------------------
+
+
+def test_a_matmul_with_shared_weights_splits_its_tokens() -> None:
+    mm = _kernel()
+    rule = row_rule(("", "MatMul"), mm, [(1, 64, 32), (32, 48)], [(1, 64, 48)], [False, True])
+    assert rule is not None and rule.reads == ("rows", "whole")
+    assert read_rows(rule, 0, 32, 64, 64) == (32, 64)
+    # bias whole, residual at the band's tokens
+    fused = row_rule(
+        (FUSED, "FusedMatMul"),
+        mm,
+        [(1, 64, 32), (32, 48), (48,), (1, 64, 48)],
+        [(1, 64, 48)],
+        [False, True, True, False],
+    )
+    assert fused is not None and fused.reads == ("rows", "whole", "whole", "rows")
+    # Q, K and V from one product: three outputs with the same tokens
+    packed = row_rule((FUSED, "PackedMatMul"), mm, [(1, 64, 32), (32, 96)], [(1, 64, 32)] * 3, [False, True])
+    assert packed is not None and packed.reads == ("rows", "whole")
+
+
+@pytest.mark.parametrize(
+    ("op", "keywords", "ins", "outs", "constant"),
+    [
+        # a batch of matrices (attention's Q K^T): every token of B is read, B is no weight
+        (("", "MatMul"), {}, [(2, 64, 32), (2, 32, 64)], [(2, 64, 64)], [False, False]),
+        # normalized over the tokens and the features together
+        (("", "LayerNormalization"), {"axis": 1}, [(1, 64, 32), (64, 32)], [(1, 64, 32)], [False, True]),
+        # a channel op of a 3-D (N, C, L) tensor: axis -2 is its channels, not tokens
+        (("", "BatchNormalization"), {}, [(1, 64, 32)] + [(64,)] * 4, [(1, 64, 32)], [False] + [True] * 4),
+        (("", "Concat"), {"axis": 1}, [(1, 32, 16), (1, 32, 16)], [(1, 64, 16)], [False, False]),
+        # too few tokens to halve
+        (("", "MatMul"), {}, [(1, 4, 32), (32, 48)], [(1, 4, 48)], [False, True]),
+        # LayerNormalization's mean and inverse deviation outputs
+        (("", "LayerNormalization"), {}, [(1, 64, 32), (32,)], [(1, 64, 32), (1, 64, 1), (1, 64, 1)], [False, True]),
+    ],
+)
+def test_token_steps_that_run_whole(
+    op: tuple[str, str], keywords: dict, ins: list, outs: list, constant: list[bool]
+) -> None:
+    assert row_rule(op, _kernel(**keywords), ins, outs, constant) is None
+
+
+def test_layer_norm_and_gelu_split_their_tokens() -> None:
+    ln = row_rule(("", "LayerNormalization"), _kernel(axis=-1), [(1, 64, 32), (32,), (32,)], [(1, 64, 32)])
+    assert ln is not None and ln.reads == ("rows", "whole", "whole")
+    gelu = row_rule((FUSED, "Gelu"), _kernel(), [(1, 64, 32)], [(1, 64, 32)])
+    assert gelu is not None and gelu.reads == ("rows",)
+    # an elementwise op on tokens: a per-token operand by rows, a per-feature one whole
+    add = row_rule(("", "Add"), _kernel(), [(1, 64, 32), (64, 1), (32,)], [(1, 64, 32)])
+    assert add is not None and add.reads == ("rows", "rows", "whole")
+
+
+@pytest.mark.parametrize(("mask", "read"), [((1, 1, 1, 64), "whole"), ((1, 1, 64, 64), "rows"), (None, None)])
+def test_attention_reads_its_band_of_queries_and_every_key(mask: tuple | None, read: str | None) -> None:
+    ins: list = [(1, 64, 32), (1, 64, 32), (1, 64, 32), (4,), (4,), (4,)]
+    if mask is not None:
+        ins.append(mask)
+    rule = row_rule((FUSED, "Attention"), _kernel(scale=0.25), ins, [(1, 2, 64, 16)], [False] * len(ins))
+    assert rule is not None
+    assert rule.reads[:6] == ("rows", "whole", "whole", "whole", "whole", "whole")
+    assert rule.reads[6:] == (() if read is None else (read,))
+
+
+def test_a_band_of_queries_gets_its_own_head_shape() -> None:
+    """The exporter's Reshape target names the token count: the band's count replaces it, in a
+    copy (the same array may be the key's shape too), and attention over each band of queries
+    makes the whole."""
+    from onnxpy.ops.fused_attention import attention
+    from onnxpy.runtime.split.bands import _band_of_queries
+
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 16, 8)).astype(np.float32) for _ in range(3))
+    shape = np.array([1, 16, 2, 4], dtype=np.int64)
+    kernel = functools.partial(attention, np, scale=0.5)
+    whole = kernel(q, k, v, shape, shape, shape)
+    parts = [_band_of_queries(kernel, 16, b - a)(q[:, a:b], k, v, shape, shape, shape) for a, b in halves(16)]
+    np.testing.assert_allclose(np.concatenate(parts, axis=2), whole, rtol=1e-5, atol=1e-6)
+    assert shape.tolist() == [1, 16, 2, 4]  # the caller's array untouched

@@ -72,8 +72,10 @@ class Bands:
                 pads[window.pad_index + 2] = bottom
         if rule.windows:
             fn = _with_keywords(fn, pads=pads, auto_pad="NOTSET")
+        if (step.domain, step.op_type) == (FUSED, "Attention"):
+            fn = _band_of_queries(fn, first.shape[-2], b - a)
         action = self.schedule.actions[step.index]
-        outs = [self.views[vid][:, :, a:b] for vid in step.outputs]
+        outs = [self.views[vid][..., a:b, :] for vid in step.outputs]
         if action.inplace < 0 and _writes_into(step, rule, outs):
             # the kernel's GEMM writes the band straight into its slot (no copy afterwards)
             return _with_keywords(fn, into=outs[0]), args, outs
@@ -137,6 +139,20 @@ def _writes_into(step: Step, rule: RowRule, outs: list[Any]) -> bool:
     except AttributeError:
         return False
     return band.strides[3] == band.itemsize
+
+
+def _band_of_queries(fn: Callable[..., Any], rows: int, band: int) -> Callable[..., Any]:
+    """Attention over a band of ``band`` of its ``rows`` queries: the query's head shape (its
+    Reshape target, by the exporter's rules) names the token count where it does not leave it
+    to 0 or -1; the band's count goes there instead."""
+
+    def attention(query: Any, key: Any, value: Any, query_shape: Any, *rest: Any) -> Any:
+        dims = np.array(query_shape, dtype=np.int64)  # a copy: the value may be key_shape too
+        if dims.ndim == 1 and len(dims) == 4 and dims[1] == rows:
+            dims[1] = band
+        return fn(query, key, value, dims, *rest)
+
+    return attention
 
 
 def _with_keywords(fn: Any, **changes: Any) -> Any:

@@ -8,6 +8,9 @@ A band of a step is its output rows [o0, o1) of every image. Two kinds of steps 
   inside). Any other input with the output's rows (a fused residual) is read at [o0, o1).
 - position steps (activations, channel-wise ops, concatenation over channels): every input
   with the output's rows is read at [o0, o1); the rest (weights, broadcast operands) whole.
+- token steps of a transformer, whose rows are the tokens of (batch, tokens, features) values
+  (axis -2, as for NCHW maps): products with shared weights, LayerNormalization over the
+  features, elementwise ops, and attention, whose band of queries reads every key and value.
 
 Everything here is pure data: the same rule computes the same rows in both processes.
 """
@@ -37,7 +40,9 @@ WINDOW_OPS = {
 
 MAX_POOLS = {("", "MaxPool"), (FUSED, "FusedMaxPool")}
 
-POSITION_OPS = {
+#: per-element ops: a band of rows reads the same rows of every input that has them, on maps
+#: (NCHW, rows on axis 2) and on token sequences (rows on axis -2) alike
+ELEMENTWISE_OPS = {
     ("", "Relu"),
     ("", "LeakyRelu"),
     ("", "Sigmoid"),
@@ -49,11 +54,31 @@ POSITION_OPS = {
     ("", "Sub"),
     ("", "Mul"),
     ("", "Div"),
+    ("", "Erf"),
+    ("", "Gelu"),
+    (FUSED, "Gelu"),
+}
+
+#: per-position ops of NCHW maps: the elementwise ones, and those that read whole channels of
+#: one position (which a token sequence's rows axis is not)
+POSITION_OPS = ELEMENTWISE_OPS | {
     ("", "LRN"),
     ("", "BatchNormalization"),
     ("", "Concat"),
     (FUSED, "ChannelAffine"),
     (FUSED, "ChannelMax"),
+}
+
+#: steps of token sequences (batch, tokens, features) whose rows are tokens: a band of tokens
+#: reads its own tokens of the activations and the weights whole; attention reads its band of
+#: queries and every key and value
+TOKEN_OPS = {
+    ("", "MatMul"),
+    (FUSED, "FusedMatMul"),
+    (FUSED, "PackedMatMul"),
+    ("", "LayerNormalization"),
+    (FUSED, "LayerNormalization"),
+    (FUSED, "Attention"),
 }
 
 #: fewer output rows than this and a step runs whole in one process: halves of a small map
@@ -99,7 +124,11 @@ def row_rule(
     had these shapes in a traced run (``constant``: which inputs are initializers); None where
     it must run whole."""
     constant = constant or [False] * len(input_shapes)
-    if not output_shapes or any(s is None or len(s) != 4 for s in output_shapes):
+    if not output_shapes or any(s is None for s in output_shapes):
+        return None
+    if op in TOKEN_OPS or (op in ELEMENTWISE_OPS and len(output_shapes[0]) in (2, 3)):  # type: ignore[arg-type]
+        return token_rule(op, kernel, input_shapes, output_shapes, constant)
+    if any(len(s) != 4 for s in output_shapes):  # type: ignore[arg-type]
         return None
     out = output_shapes[0]
     assert out is not None
@@ -138,6 +167,58 @@ def _position_read(shape: Shape | None, rows: int) -> str | None:
     if shape[-2] == rows:
         return "rows"
     return None
+
+
+def token_rule(
+    op: tuple[str, str],
+    kernel: Any,
+    input_shapes: list[Shape | None],
+    output_shapes: list[Shape | None],
+    constant: list[bool],
+) -> RowRule | None:
+    """The rule of a step over token sequences (rows on axis -2 of every output), or None."""
+    out = output_shapes[0]
+    assert out is not None
+    if len(out) < 2:
+        return None
+    rows = out[-2]
+    if rows < MIN_ROWS or any(s is None or len(s) != len(out) or s[-2] != rows for s in output_shapes):
+        return None
+    if len(output_shapes) > 1 and op != (FUSED, "PackedMatMul"):
+        return None  # LayerNormalization's mean and inverse deviation: left whole
+    kw = getattr(kernel, "keywords", None) or {}
+    if op in (("", "LayerNormalization"), (FUSED, "LayerNormalization")):
+        if kw.get("axis", -1) not in (-1, len(out) - 1):
+            return None  # normalizing over the tokens too
+    reads = []
+    if op == (FUSED, "Attention"):
+        # (query, key, value, their three head shapes, mask): the band's queries against every
+        # key; a mask by query rows where it has them
+        q = input_shapes[0]
+        if len(input_shapes) < 6 or constant[0] or q is None or len(q) != 3 or q[-2] != rows or len(out) != 4:
+            return None
+        reads = ["rows", "whole", "whole", "whole", "whole", "whole"]
+        for shape in input_shapes[6:]:
+            kind = _position_read(shape, rows)
+            if kind is None:
+                return None
+            reads.append(kind)
+        return RowRule(tuple(reads))
+    if op in (("", "MatMul"), (FUSED, "FusedMatMul"), (FUSED, "PackedMatMul")):
+        a, b = input_shapes[0], input_shapes[1] if len(input_shapes) > 1 else None
+        # the band's rows of A times weights shared by every row (not a batch of matrices)
+        if constant[0] or a is None or len(a) != len(out) or a[-2] != rows or b is None or len(b) != 2:
+            return None
+        reads = ["rows", "whole"]
+        rest = input_shapes[2:]
+    else:
+        rest = input_shapes
+    for shape in rest:
+        kind = _position_read(shape, rows)
+        if kind is None:
+            return None
+        reads.append(kind)
+    return RowRule(tuple(reads))
 
 
 def _window(
@@ -368,8 +449,9 @@ def _gemm_rule(
 
 
 def extent(rule: Rule, shape: Shape) -> int:
-    """What a rule halves in an output of ``shape``: its rows or its channels."""
-    return shape[2] if isinstance(rule, RowRule) else shape[1]
+    """What a rule halves in an output of ``shape``: its rows (axis -2: an image's rows, a
+    sequence's tokens) or its channels."""
+    return shape[-2] if isinstance(rule, RowRule) else shape[1]
 
 
 def halves(size: int) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...planner.plan import ABSENT, DISCARD, ExecutionPlan
-from .geometry import CHANNELS_BELOW, RowRule, Rule, channel_rule, halves, read_rows, row_rule
+from .geometry import CHANNELS_BELOW, FUSED, RowRule, Rule, channel_rule, halves, read_rows, row_rule
 
 #: byte alignment of each value in the arena (a cache line)
 ALIGN = 64
@@ -140,17 +140,23 @@ def build_schedule(
         # what each process reads of the shared inputs: (process, value id, rows or None: all)
         reads: list[tuple[int, int, tuple[int, int] | None]] = []
         if isinstance(rule, RowRule):
-            for proc, (o0, o1) in enumerate(halves(slots[st.outputs[0]].shape[2])):
+            for proc, (o0, o1) in enumerate(halves(slots[st.outputs[0]].shape[-2])):
                 for pos, vid in enumerate(st.inputs):
                     if vid in slots:
                         reads.append((proc, vid, read_rows(rule, pos, o0, o1, rows_of(vid))))
         else:  # a channel band reads every input whole in both processes; a whole step in this one
             readers = (0, 1) if rule is not None else (0,)
-            reads = [(proc, vid, None) for vid in st.inputs if vid in slots for proc in readers]
+            blind = _shape_only(st) if rule is None else ()
+            reads = [
+                (proc, vid, None)
+                for pos, vid in enumerate(st.inputs)
+                if vid in slots and pos not in blind
+                for proc in readers
+            ]
         meet = any(_clashes(written.get(vid, ()), proc, rows) for proc, vid, rows in reads)
         if alias[1] >= 0:
             # each process overwrites its rows of that input: the other must be done reading them
-            for proc, band in enumerate(halves(slots[st.outputs[0]].shape[2])):
+            for proc, band in enumerate(halves(slots[st.outputs[0]].shape[-2])):
                 meet = meet or _clashes(read.get(alias[1], ()), proc, band)
         if meet:
             written.clear()
@@ -160,7 +166,7 @@ def build_schedule(
                 read.setdefault(vid, []).append((proc, *(rows or (0, rows_of(vid)))))
         publish: tuple[int, ...] = ()
         if isinstance(rule, RowRule):
-            mine, theirs = halves(slots[st.outputs[0]].shape[2])
+            mine, theirs = halves(slots[st.outputs[0]].shape[-2])
             for vid in st.outputs:
                 written[vid] = [(0, *mine), (1, *theirs)]
         elif rule is not None:  # each process wrote some channels of every row
@@ -206,6 +212,17 @@ def _in_place(
         aliases[out] = (pos, source)
         taken.add(source)
     return aliases
+
+
+def _shape_only(step: Any) -> tuple[int, ...]:
+    """Input positions whose shape alone a step reads (no barrier for rows the other process
+    is still writing): Shape's and Size's input, and a ShapeMemo's keyed inputs (its cache key
+    and the sources of its shape computations, optimizer/passes/memoize_shapes.py)."""
+    if step.domain == "" and step.op_type in ("Shape", "Size"):
+        return (0,)
+    if step.domain == FUSED and step.op_type == "ShapeMemo":
+        return tuple(range(int((getattr(step.fn, "keywords", None) or {}).get("keyed", 0))))
+    return ()
 
 
 def _clashes(writes: Any, reader: int, rows: tuple[int, int] | None) -> bool:
