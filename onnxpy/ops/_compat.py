@@ -9,6 +9,23 @@ from typing import Any
 import numpy as np
 
 
+def reshaped_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``a`` reshaped to ``shape`` as a view of the same memory, or None where that would need
+    a copy. (Setting ``.shape`` did this until numpy 2.5 deprecated it; ``reshape(copy=False)``
+    came in numpy 2.1, and the oldest numpy supported here is 1.26.)"""
+    try:
+        return np.reshape(a, shape, copy=False)
+    except ValueError:
+        return None
+    except TypeError:  # numpy < 2.1: no copy keyword
+        view = a.view()
+        try:
+            view.shape = shape
+        except AttributeError:
+            return None
+        return view
+
+
 def host_ints(x: Any) -> list[int]:
     """A 0-d or 1-d integer tensor (shape, axes, pads...) as a Python list of ints."""
     if x is None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ._blas import stacked_matmul, transpose_into
+from ._compat import reshaped_view
 from ._derived import derived
 from ._scratch import scratch
 from ._spatial import strided_view
@@ -145,20 +146,10 @@ def _to_nchw(ocl: np.ndarray, dst: np.ndarray) -> None:
     """The channels-last (H, W, M) result into ``dst`` (M, H, W) through one blocked transpose
     (numpy's copy walks one side value by value); a cropped result is made one run first."""
     oh, ow, m = ocl.shape
-    flat = _flat_view(dst, (m, oh * ow))
+    flat = reshaped_view(dst, (m, oh * ow))
     if flat is not None:
         if ocl.strides[0] != ow * ocl.strides[1]:
             ocl = np.ascontiguousarray(ocl)  # runs of ow * M values: a fast copy
         if transpose_into(ocl.reshape(oh * ow, m), flat):
             return
     dst[...] = ocl.transpose(2, 0, 1)
-
-
-def _flat_view(a: np.ndarray, shape: tuple[int, int]) -> np.ndarray | None:
-    """``a`` reshaped to ``shape`` as a view (None where that would need a copy)."""
-    view = a.view()
-    try:
-        view.shape = shape
-    except AttributeError:
-        return None
-    return view

@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -178,6 +179,36 @@ def test_a_failing_helper_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
     split.run(None, {"x": x})
     _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
     assert split._split is not None and split._split.disabled
+
+
+def test_a_fork_warning_made_an_error_stops_the_helper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.12+ warns after forking a process with several threads; under -W error that
+    warning is an exception. The helper it belongs to is then stopped (not left behind), the
+    split given up, and the run still answers, the plain way."""
+    from onnxpy.runtime.split import helper as split_helper
+
+    forked: list[int] = []
+    real_fork = os.fork
+
+    def fork_then_warn() -> int:
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+            message = "This process is multi-threaded, use of fork() may lead to deadlocks"
+            warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return pid
+
+    monkeypatch.setattr(split_helper.os, "fork", fork_then_warn)
+    split, plain = _sessions(_cnn())
+    x = np.random.default_rng(9).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for _ in range(3):
+            _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
+    assert len(forked) == 1 and not _alive(forked[0])
+    with pytest.raises(ChildProcessError):  # reaped
+        os.waitpid(forked[0], os.WNOHANG)
+    assert split._split is not None and split._split.disabled and split._split._pid == 0
 
 
 def test_the_helper_ends_with_the_session() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ...ops._compat import reshaped_view
 from ...planner.plan import ExecutionPlan, Step
 from .geometry import FUSED, ChannelRule, RowRule, Rule, extent, halves, window_at, window_rows
 from .schedule import Schedule, slot_view
@@ -133,12 +134,8 @@ def _writes_into(step: Step, rule: RowRule, outs: list[Any]) -> bool:
         return False
     band = outs[0]
     n, m, h, w = band.shape
-    flat = band.view()
-    try:
-        flat.shape = (n, m, h * w)  # raises where the band's rows and columns do not merge
-    except AttributeError:
-        return False
-    return band.strides[3] == band.itemsize
+    # None where the band's rows and columns do not merge
+    return reshaped_view(band, (n, m, h * w)) is not None and band.strides[3] == band.itemsize
 
 
 def _band_of_queries(fn: Callable[..., Any], rows: int, band: int) -> Callable[..., Any]:

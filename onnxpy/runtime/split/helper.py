@@ -15,6 +15,7 @@ import pickle
 import signal
 import struct
 import time
+import warnings
 from typing import Any
 
 from ...planner.plan import ExecutionPlan
@@ -96,7 +97,12 @@ def start(plan: ExecutionPlan, arena: Any) -> tuple[int, int]:
     pid and the pipe's writing end."""
     read_fd, write_fd = os.pipe()
     parent = os.getpid()
-    pid = os.fork()
+    # Python 3.12+ warns (DeprecationWarning) when a process with several threads forks, after
+    # the fork. Held back until the helper's pid is known, so that a warning made an error
+    # (-W error) stops the helper instead of leaving it behind.
+    with warnings.catch_warnings(record=True) as held:
+        warnings.simplefilter("always")
+        pid = os.fork()
     if pid == 0:  # the helper: never returns into the caller's code
         code = 0
         try:
@@ -111,6 +117,14 @@ def start(plan: ExecutionPlan, arena: Any) -> tuple[int, int]:
         finally:
             os._exit(code)
     os.close(read_fd)
+    try:
+        for w in held:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, module=__name__, source=w.source)
+    except BaseException:
+        os.close(write_fd)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
     return pid, write_fd
 
 

@@ -177,8 +177,8 @@ class SplitRunner:
     def _split(self, schedule: Schedule, feeds: dict[int, np.ndarray]) -> list[Any] | None:
         try:
             self._ready(schedule)
-        except OSError as e:
-            self._give_up(f"the helper process could not start ({e})")
+        except Exception as e:  # noqa: BLE001 - no helper, no split: the run goes the plain way
+            self._give_up(f"the helper process could not start ({type(e).__name__}: {e})")
             return None
         try:
             with blas_threads(1):
