@@ -66,6 +66,22 @@ def shared_models() -> list[Path]:
     return [Path(p) for p in sorted(glob.glob(str(SHARED_MODELS / "*.onnx")))]
 
 
+def skip_before_onnxruntime(version: tuple[int, int], why: str) -> None:
+    """Skip the calling test where the installed onnxruntime, its oracle, is older than
+    ``version``: that onnxruntime ``why`` (Python 3.10 gets onnxruntime 1.23 at most). The test
+    checks onnxpy against the newer behaviour."""
+    import onnxruntime
+
+    installed = tuple(int(p) for p in onnxruntime.__version__.split(".")[:2] if p.isdigit())
+    if installed < version:
+        import pytest
+
+        pytest.skip(
+            f"onnxruntime {onnxruntime.__version__} {why}; this comparison needs onnxruntime >= "
+            f"{version[0]}.{version[1]}"
+        )
+
+
 def vinfo(name: str, elem: int = TensorProto.FLOAT, shape: Sequence[Any] | None = None) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, shape)
 

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto
 
 from onnxpy.model.dtypes import np_dtype
+from tests.helpers import skip_before_onnxruntime
 from tests.ops.test_reduce import assert_same, node_model, run_ort, run_ours
 
 
@@ -255,6 +256,9 @@ def test_topk_small_k_of_a_long_axis_with_ties(dtype: Any) -> None:
         for k in (1, 7, 100, 250):
             for largest in (0, 1):
                 both("TopK", _topk_inputs(x, k), 11, 2, axis=axis, largest=largest)
+    skip_before_onnxruntime(
+        (1, 24), "leaves NaN out of TopK's largest values (onnxpy and onnx.reference rank it first)"
+    )
     x = rng.standard_normal((2, 1000)).astype(np.float32)
     x[0, 10] = np.nan
     x[1, :] = 1.0

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxpy
+from tests.helpers import skip_before_onnxruntime
 
 ELEM = {
     np.dtype(np.float32): TensorProto.FLOAT,
@@ -671,6 +672,8 @@ def _caches(rng: np.random.Generator, positions: int, half: int, dtype: Any) -> 
 @pytest.mark.parametrize("layout", ["3d", "4d"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_rotary_embedding(interleaved: int, rotary_dim: int, layout: str, dtype: Any) -> None:
+    if layout == "4d" and rotary_dim:
+        skip_before_onnxruntime((1, 24), "refuses a partial rotary_dim on 4-D input")
     rng = np.random.default_rng(27)
     b, h, s, d = 2, 3, 5, 8
     x = rng.standard_normal((b, h, s, d)).astype(dtype)

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxpy
+from tests.helpers import skip_before_onnxruntime
 
 ELEM = {
     np.dtype(np.float32): TensorProto.FLOAT,
@@ -135,6 +136,8 @@ def test_max_pool_opset8_storage_order() -> None:
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 @pytest.mark.parametrize("name,shape,attrs", POOL_CASES, ids=[c[0] for c in POOL_CASES])
 def test_average_pool(name: str, shape: tuple[int, ...], attrs: dict[str, Any], count_include_pad: int) -> None:
+    if count_include_pad and name in ("ceil_pads", "dilated", "same_upper", "same_lower"):
+        skip_before_onnxruntime((1, 24), "counts padded positions wrongly here (onnxpy matches onnx.reference)")
     rng = np.random.default_rng(5)
     x = rng.standard_normal(shape).astype(np.float32)
     got, want = _both("AveragePool", {"X": x}, opset=19, count_include_pad=count_include_pad, **attrs)
@@ -174,6 +177,8 @@ def test_average_pool_over_the_whole_map(
     taken: list[bool] = []
     original = pool_mod._whole_map_mean
     monkeypatch.setattr(pool_mod, "_whole_map_mean", lambda *a: taken.append((r := original(*a)) is not None) or r)
+    if count_include_pad and "pads" in attrs:
+        skip_before_onnxruntime((1, 24), "counts padded positions wrongly under asymmetric pads")
     rng = np.random.default_rng(8)
     x = rng.standard_normal(shape).astype(np.float32)
     got, want = _both("AveragePool", {"X": x}, opset=19, count_include_pad=count_include_pad, **attrs)
@@ -431,6 +436,8 @@ def test_fast_pooling_paths_match_onnxruntime(
     _same(*_both("MaxPool", {"X": x}, kernel_shape=k, strides=s, dilations=d, pads=pads))
     if d == [1, 1]:
         for cip in (0, 1):
+            if cip and pads[: len(k)] != pads[len(k) :]:
+                skip_before_onnxruntime((1, 24), "counts padded positions wrongly under asymmetric pads")
             _same(*_both("AveragePool", {"X": x}, kernel_shape=k, strides=s, pads=pads, count_include_pad=cip))
 
 

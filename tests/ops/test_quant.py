@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto
 
 from onnxpy.model import dtypes
+from tests.helpers import skip_before_onnxruntime
 
 from .test_tensor import assert_same, onnxpy_only, run_error, vs_ort
 
@@ -138,6 +139,9 @@ def test_quantize_output_dtype_attribute() -> None:
 
 
 def test_quantize_half_scale_and_precision() -> None:
+    skip_before_onnxruntime(
+        (1, 24), "rounds float16 quantization differently from later versions, which onnxpy follows"
+    )
     x = _x(16, scale=50.0).astype(np.float16)
     s = np.array(0.3, np.float16)
     vs_ort("QuantizeLinear", {"x": x, "s": s, "z": np.zeros((), np.int8)}, {"y": TensorProto.INT8}, opset=21)

@@ -15,6 +15,7 @@ from onnx import helper
 
 import onnxpy
 from onnxpy.model.dtypes import elem_type
+from tests.helpers import skip_before_onnxruntime
 
 REDUCE_OPS = [
     "ReduceSum",
@@ -192,6 +193,10 @@ def test_reduce_bfloat16_follows_the_float32_result(op: str) -> None:
 
 @pytest.mark.parametrize("op", REDUCE_OPS)
 def test_noop_with_empty_axes_applies_only_the_elementwise_part(op: str) -> None:
+    if op in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceSumSquare"):
+        skip_before_onnxruntime(
+            (1, 24), "returns the input without the elementwise part (onnxpy matches onnx.reference)"
+        )
     rng = np.random.default_rng(3)
     x = data_for(op, (2, 3), np.float32, rng)
     opset = 13 if op == "ReduceSum" else 18
@@ -216,6 +221,8 @@ def test_reduction_over_an_empty_set_gives_the_identity(op: str) -> None:
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceMean"])
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_empty_integer_reductions_match_onnxruntime(op: str, dtype: Any) -> None:
+    if op in ("ReduceMax", "ReduceMin"):
+        skip_before_onnxruntime((1, 24), "gives 0, not the identity, for an empty integer max or min")
     check_against_ort(op, np.zeros((3, 0), dtype=dtype), [1], 18, keepdims=0)
 
 

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 
 import onnxpy
 from onnxpy.model.dtypes import elem_type
+from tests.helpers import skip_before_onnxruntime
 
 RNG = np.random.default_rng(99)
 
@@ -100,6 +101,7 @@ def test_dft_one_sided_against_onnxruntime() -> None:
     got = ours("DFT", {"input": x}, 20, onesided=1)
     np.testing.assert_allclose(got, theirs("DFT", {"input": x}, 20, onesided=1), rtol=1e-4, atol=1e-4)
     spec = np.asarray(got)
+    skip_before_onnxruntime((1, 24), "refuses a one-sided inverse DFT")
     got = ours("DFT", {"input": spec}, 20, onesided=1, inverse=1)
     np.testing.assert_allclose(got, theirs("DFT", {"input": spec}, 20, onesided=1, inverse=1), rtol=1e-4, atol=1e-4)
 

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
+from tests.helpers import skip_before_onnxruntime
+
 from .test_tensor import onnxpy_only, run_error, vs_ort
 
 S, F, I64, BOOL = TensorProto.STRING, TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -135,6 +137,7 @@ def test_tfidf_int_pool(mode: str, lo: int, hi: int, skip: int, batch: bool) -> 
 
 
 def test_tfidf_string_pool_and_shared_output_index() -> None:
+    skip_before_onnxruntime((1, 24), "counts n-grams that share an output index differently from later versions")
     x = _s("a", "b", "c", "a", "b", "b", "c", "x", "a", "b").reshape(2, 5)
     vs_ort(
         "TfIdfVectorizer",

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
 from onnxpy.model import dtypes
-from tests.helpers import make_model, vinfo
+from tests.helpers import make_model, skip_before_onnxruntime, vinfo
 
 F, I64, I32, BOOL, STR = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL, TensorProto.STRING
 
@@ -483,6 +483,8 @@ def test_castlike() -> None:
     ],
 )
 def test_range(start: Any, limit: Any, delta: Any, dt: Any) -> None:
+    if dt == np.int64 and abs(int(limit) - int(start)) >= 2**63:
+        skip_before_onnxruntime((1, 24), "returns no values where limit - start overflows int64 (it holds 4)")
     vs_ort(
         "Range",
         {"s": np.array(start, dt), "l": np.array(limit, dt), "d": np.array(delta, dt)},
