@@ -144,19 +144,25 @@ def row_rule(
     if op in POSITION_OPS:
         if op == ("", "Concat") and not _concat_over_channels(kernel):
             return None
-        reads = []
-        for shape in input_shapes:
-            kind = _position_read(shape, rows)
-            if kind is None:
-                return None
-            reads.append(kind)
-        return RowRule(tuple(reads))
+        reads = _position_reads(input_shapes, rows)
+        return None if reads is None else RowRule(tuple(reads))
     return None
 
 
 def _concat_over_channels(kernel: Any) -> bool:
     kw = getattr(kernel, "keywords", None) or {}
     return kw.get("axis") in (1, -3)
+
+
+def _position_reads(shapes: list[Shape | None], rows: int) -> list[str] | None:
+    """``_position_read`` of each input, or None where one cannot be read by rows or whole."""
+    reads = []
+    for shape in shapes:
+        kind = _position_read(shape, rows)
+        if kind is None:
+            return None
+        reads.append(kind)
+    return reads
 
 
 def _position_read(shape: Shape | None, rows: int) -> str | None:
@@ -190,35 +196,23 @@ def token_rule(
     if op in (("", "LayerNormalization"), (FUSED, "LayerNormalization")):
         if kw.get("axis", -1) not in (-1, len(out) - 1):
             return None  # normalizing over the tokens too
-    reads = []
     if op == (FUSED, "Attention"):
         # (query, key, value, their three head shapes, mask): the band's queries against every
         # key; a mask by query rows where it has them
         q = input_shapes[0]
         if len(input_shapes) < 6 or constant[0] or q is None or len(q) != 3 or q[-2] != rows or len(out) != 4:
             return None
-        reads = ["rows", "whole", "whole", "whole", "whole", "whole"]
-        for shape in input_shapes[6:]:
-            kind = _position_read(shape, rows)
-            if kind is None:
-                return None
-            reads.append(kind)
-        return RowRule(tuple(reads))
+        mask = _position_reads(input_shapes[6:], rows)
+        return None if mask is None else RowRule(("rows", "whole", "whole", "whole", "whole", "whole", *mask))
     if op in (("", "MatMul"), (FUSED, "FusedMatMul"), (FUSED, "PackedMatMul")):
         a, b = input_shapes[0], input_shapes[1] if len(input_shapes) > 1 else None
         # the band's rows of A times weights shared by every row (not a batch of matrices)
         if constant[0] or a is None or len(a) != len(out) or a[-2] != rows or b is None or len(b) != 2:
             return None
-        reads = ["rows", "whole"]
-        rest = input_shapes[2:]
-    else:
-        rest = input_shapes
-    for shape in rest:
-        kind = _position_read(shape, rows)
-        if kind is None:
-            return None
-        reads.append(kind)
-    return RowRule(tuple(reads))
+        rest = _position_reads(input_shapes[2:], rows)
+        return None if rest is None else RowRule(("rows", "whole", *rest))
+    reads = _position_reads(input_shapes, rows)
+    return None if reads is None else RowRule(tuple(reads))
 
 
 def _window(
