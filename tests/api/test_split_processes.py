@@ -530,14 +530,17 @@ def test_token_steps_split_their_tokens() -> None:
         assert banded & {"MatMul", "FusedMatMul"}
 
 
+_BERT = next((p for p in shared_models() if p.stem == "bert_l2_h128"), None)
+
+
+@pytest.mark.skipif(
+    _BERT is None, reason="../shared/models/bert_l2_h128.onnx is not here (a fresh clone has no ../shared)"
+)
 def test_bert_splits_its_tokens_and_attention_its_queries() -> None:
     """The shared BERT (random weights) with a padding mask: results equal, attention and the
     dense layers run in halves of tokens, and reading a value's shape (the memoized shape
     computations) never waits for the other process."""
-    path = next((p for p in shared_models() if p.stem == "bert_l2_h128"), None)
-    if path is None:
-        pytest.skip("../shared/models/bert_l2_h128.onnx is not here (a fresh clone has no ../shared)")
-    split, plain = _sessions(str(path))
+    split, plain = _sessions(str(_BERT))
     rng = np.random.default_rng(23)
     mask = np.ones((1, 48), np.int64)
     mask[0, 36:] = 0
