@@ -145,15 +145,17 @@ def transpose_into(src: np.ndarray, dst: np.ndarray) -> bool:
 # VGG-19 -3.1%, ResNet-50 -2.2 to -2.5%, AlexNet -2.3%; Inception v1 and DenseNet within noise.
 #
 # Products of at most 100^3 multiply-adds take OpenBLAS's "small matrix" kernels, whose lookup
-# crashes (a jump to address 0x160) in the DYNAMIC_ARCH builds numpy ships (OpenBLAS 0.3.31).
-# Only larger products are sent, and only to the versions where that threshold was read from
-# the source and checked here; other versions keep numpy's matmul.
+# crashes (a jump to address 0x160) in the DYNAMIC_ARCH builds numpy ships: OpenBLAS 0.3.31
+# (numpy 2.4) and still 0.3.34 (numpy 2.5). Only larger products are sent, and only to versions
+# where that threshold was checked: read from the source for 0.3.31; for 0.3.34, products of
+# 101^3 and of 1000 x 32 x 32 come out right, where a higher threshold would have crashed.
+# Other versions (0.3.32 and 0.3.33 included: not checked) keep numpy's matmul.
 _BATCH_MIN_MNK = 100**3
 # A stack worth less than this many multiply-adds stays with numpy: waking OpenBLAS's second
 # thread and then reading its half of the result from the other core's cache cost more than
 # the split saves (BERT's two heads of 128 x 64 @ 64 x 128, 2.1 M: the model +19%).
 _BATCH_MIN_TOTAL = 1 << 24
-_BATCH_VERSIONS = ((0, 3, 30), (0, 3, 31))
+_BATCH_VERSIONS = (((0, 3, 30), (0, 3, 31)), ((0, 3, 34), (0, 3, 34)))  # (first, last) ranges
 batching_enabled = True  # tests and A/B timings switch the batched path off here
 _batch_routines: dict[str, Any] = {}
 
@@ -183,7 +185,7 @@ def _batch_routine(dt: np.dtype) -> Any:
         found = re.match(r"OpenBLAS (\d+)\.(\d+)\.(\d+)", config)
         version = tuple(int(v) for v in found.groups()) if found else None
         lib = openblas_library()
-        if lib is not None and version is not None and _BATCH_VERSIONS[0] <= version <= _BATCH_VERSIONS[1]:
+        if lib is not None and version is not None and any(lo <= version <= hi for lo, hi in _BATCH_VERSIONS):
             name = ("s" if key == "f" else "d") + "gemm_batch_strided"
             # The integer width is the build's (USE64BITINT), whatever the symbol's prefix says:
             # numpy's ILP64 build exports this routine without its usual prefix.
