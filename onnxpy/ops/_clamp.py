@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from ._compat import numpy_core
+
 # The ufunc itself (np.clip's Python wrapper costs about 2 us a call).
-np_clip = (np._core if hasattr(np, "_core") else np.core).umath.clip
+np_clip = numpy_core("umath").clip
 # Upper bound per dtype that takes the clip path; below _SMALL values maximum's lower call
 # overhead wins (about 0.8 against 1.4 us).
 _CLIPPED = {np.dtype(np.float32): np.float32(np.inf), np.dtype(np.float64): np.float64(np.inf)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -9,21 +10,20 @@ from typing import Any
 import numpy as np
 
 
+def numpy_core(name: str) -> Any:
+    """numpy's internal module ``name`` (``multiarray``, ``umath``), for the C functions
+    without their Python wrappers. Imported by its full name: ``numpy._core`` does not hold its
+    submodules as attributes until they are imported."""
+    return importlib.import_module(f"numpy._core.{name}")
+
+
 def reshaped_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """``a`` reshaped to ``shape`` as a view of the same memory, or None where that would need
-    a copy. (Setting ``.shape`` did this until numpy 2.5 deprecated it; ``reshape(copy=False)``
-    came in numpy 2.1, and the oldest numpy supported here is 1.26.)"""
+    a copy (setting ``.shape`` did this until numpy 2.5 deprecated it)."""
     try:
         return np.reshape(a, shape, copy=False)
     except ValueError:
         return None
-    except TypeError:  # numpy < 2.1: no copy keyword
-        view = a.view()
-        try:
-            view.shape = shape
-        except AttributeError:
-            return None
-        return view
 
 
 def host_ints(x: Any) -> list[int]:

@@ -24,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from ._compat import numpy_core
 from ._derived import derived
 from ._spatial import strided_view
 
 # numpy's einsum without its Python wrapper (which only handles ``optimize``): 0.9 us a call
 # less, and the depthwise path makes one or two calls per image.
-_einsum = getattr((np._core if hasattr(np, "_core") else np.core).multiarray, "c_einsum", np.einsum)
+_einsum = getattr(numpy_core("multiarray"), "c_einsum", np.einsum)
 
 # Output values per block for the bias and activation passes (512 KiB of float32: in L2).
 # Each block costs two numpy calls: against 128 KiB blocks MobileNet-v2 ran 1.0% faster
