@@ -22,7 +22,7 @@ from ..ir.graph import Graph
 from ..model import dtypes
 from ..model.load import load_model
 from ..optimizer.manager import optimize
-from ..providers import PROVIDER_DEVICES, Provider, available_provider_names, provider_for_session
+from ..providers import CPU, PROVIDER_DEVICES, Provider, available_provider_names, provider_for_session
 from ..runtime.compile import apply_free_dimension_overrides, build_graph
 from ..runtime.compiled import CompiledGraph
 from ..runtime.executor import execute
@@ -30,7 +30,7 @@ from ..runtime.facts import SessionFacts
 from ..runtime.memory import keep_freed_memory, release_free_memory
 from ..runtime.split import runner as split_runner
 from ..runtime.split.runner import SplitRunner
-from .errors import Fail, InvalidArgument, InvalidGraph, OnnxpyError
+from .errors import Fail, InvalidArgument, InvalidGraph, NoSuchFile, OnnxpyError
 from .options import RunOptions, SessionOptions
 from .ortvalue import OrtValue, as_host_array
 
@@ -75,7 +75,7 @@ def _node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
 class _InputSpec:
     """What a feed must look like, precomputed so validation per run is a few comparisons."""
 
-    __slots__ = ("name", "dtype", "type_str", "rank", "fixed", "kind", "inner_kind")
+    __slots__ = ("name", "dtype", "type_str", "rank", "fixed", "kind", "inner_kind", "element_dtype")
 
     def __init__(self, arg: NodeArg, tp: onnx.TypeProto) -> None:
         self.name = arg.name
@@ -89,6 +89,16 @@ class _InputSpec:
                 tp = tp.optional_type.elem_type  # checked like the tensor it holds
         elif self.kind == "sequence_type":
             self.inner_kind = tp.sequence_type.elem_type.WhichOneof("value")
+        # A sequence of tensors: the dtype each element must have (None: not declared).
+        self.element_dtype: np.dtype | None = None
+        seq = tp.optional_type.elem_type if self.kind == "optional_type" else tp
+        if seq.WhichOneof("value") == "sequence_type":
+            inner = seq.sequence_type.elem_type
+            if inner.WhichOneof("value") == "tensor_type" and inner.tensor_type.elem_type:
+                try:
+                    self.element_dtype = dtypes.np_dtype(inner.tensor_type.elem_type)
+                except ValueError:
+                    self.element_dtype = None
         self.dtype: np.dtype | None = None
         self.rank: int | None = None
         self.fixed: tuple[tuple[int, int], ...] = ()
@@ -232,6 +242,15 @@ class InferenceSession:
         self._required = [a.name for a in self._inputs]
         self._output_names = [a.name for a in self._outputs]
         self._output_tuple = tuple(self._output_names)
+        # Tensor outputs' declared element types, checked after each run (see _check_declared).
+        self._declared: dict[str, np.dtype] = {}
+        for vi in model.graph.output:
+            et = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+            if et:
+                try:
+                    self._declared[vi.name] = dtypes.np_dtype(et)
+                except ValueError:
+                    pass
 
     def _set_providers(
         self,
@@ -333,7 +352,7 @@ class InferenceSession:
             raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         feeds = {name: self._prepare_feed(name, value) for name, value in input_feed.items()}
         values = self._run_device(output_names, feeds, run_options)
-        return [self._to_user(v, feeds) for v in values]
+        return self._to_user_all(values, feeds)
 
     def _run_plain(self, input_feed: dict[str, Any]) -> list[Any] | None:
         """The common call, with less ceremony: host arrays of the declared tensor types into a
@@ -357,8 +376,8 @@ class InferenceSession:
             spec = specs.get(name)
             if spec is None or value.__class__ is not np.ndarray or spec.kind != "tensor_type":
                 return None
-            if value.dtype.kind in ("U", "S"):
-                return None
+            if value.dtype.kind in ("U", "S") or not value.dtype.isnative:
+                return None  # converted by the general path
             self._check_tensor(spec, value)
         for name in self._required:
             if name not in input_feed:
@@ -373,7 +392,8 @@ class InferenceSession:
                     out = execute(plan, feeds)
         except RecursionError as e:
             raise InvalidGraph(f"the model nests too deeply to run: {e}") from e
-        return [self._to_user(v, input_feed) for v in out]
+        self._check_declared(self._output_tuple, out)
+        return self._to_user_all(out, input_feed)
 
     def _split_device_run(self, compiled: CompiledGraph, plan: Any, feeds: dict[str, Any]) -> list[Any] | None:
         """A split run for the general path (output names, run options, IOBinding) where it can
@@ -407,7 +427,14 @@ class InferenceSession:
                 )
             feeds[name] = self._prepare_feed(name, v)
         values = self._run_device(output_names, feeds, run_options)
-        return [OrtValue(self._provider.contiguous(v), self._provider) for v in values]
+        provider = self._provider
+        results: list[Any] = []
+        for v in values:
+            v = provider.contiguous(v)
+            if provider.is_device_array(v) and _aliased(provider, v, feeds.values(), results):
+                v = provider.xp.array(v, copy=True)  # the caller's input, or another result
+            results.append(v)
+        return [OrtValue(v, provider) for v in results]
 
     def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
         from .iobinding import IOBinding
@@ -420,6 +447,8 @@ class InferenceSession:
             raise InvalidArgument(
                 "run_with_iobinding: this IOBinding was created by another session; use this session's io_binding()"
             )
+        if run_options is not None:
+            _check_run_options(run_options)
         iobinding._run(run_options)
 
     def io_binding(self) -> Any:
@@ -431,7 +460,13 @@ class InferenceSession:
         """Stop profiling and write the trace; returns its path ('' when profiling is off)."""
         if self._profiler is None:
             return ""
-        path = self._profiler.write()
+        try:
+            path = self._profiler.write()
+        except OSError as e:
+            raise NoSuchFile(
+                f"end_profiling could not write the trace (profile_file_prefix "
+                f"{self._sess_options.profile_file_prefix!r}): {type(e).__name__}: {e}"
+            ) from e
         self._profiler = None
         return path
 
@@ -469,15 +504,27 @@ class InferenceSession:
                 )
             if spec.inner_kind == "map_type" or any(isinstance(v, dict) for v in value):
                 return list(value)  # a sequence of maps (ai.onnx.ml) stays Python objects
-            return [provider.from_host(as_host_array(v, f"input '{name}'")) for v in value]
+            items = [provider.from_host(_host_feed(v, f"input '{name}'")) for v in value]
+            want = spec.element_dtype
+            for i, item in enumerate(items):
+                if want is not None and item.dtype != want:
+                    raise InvalidArgument(
+                        f"Unexpected data type for element {i} of input '{name}'. Actual: "
+                        f"({_type_string(item.dtype)}), expected: ({spec.type_str})"
+                    )
+            return items
         elif spec.kind == "map_type":
             if not isinstance(value, dict):
                 raise InvalidArgument(f"input '{name}' is {spec.type_str}: expected a dict, got {type(value).__name__}")
             return value
+        elif isinstance(value, np.ndarray) and (value.dtype.kind in ("U", "S") or not value.dtype.isnative):
+            arr = provider.from_host(_host_feed(value, f"input '{name}'"))  # str or byte-swapped data
         elif provider.is_device_array(value):
             arr = value
+        elif value is None:
+            raise InvalidArgument(f"input '{name}' is None: expected a {spec.type_str} value (a numpy array)")
         else:
-            arr = provider.from_host(as_host_array(value, f"input '{name}'"))
+            arr = provider.from_host(_python_feed(value, spec))
         if isinstance(arr, list):
             return arr
         self._check_tensor(spec, arr)
@@ -486,7 +533,7 @@ class InferenceSession:
     def _check_tensor(self, spec: _InputSpec, arr: Any) -> None:
         if spec.dtype is not None and arr.dtype != spec.dtype:
             raise InvalidArgument(
-                f"Unexpected input data type for input '{spec.name}'. Actual: ({dtypes.dtype_string(arr.dtype) if _known(arr.dtype) else arr.dtype}), "
+                f"Unexpected input data type for input '{spec.name}'. Actual: ({_type_string(arr.dtype)}), "
                 f"expected: ({spec.type_str})"
             )
         if spec.rank is not None:
@@ -506,6 +553,11 @@ class InferenceSession:
     def _resolve_outputs(self, output_names: Sequence[str] | None) -> tuple[tuple[str, ...], CompiledGraph, Any]:
         """Which compiled graph and plan serve these output names (cached per name tuple)."""
         compiled = self._compiled
+        if isinstance(output_names, str):
+            raise InvalidArgument(
+                f"output_names must be a list of names (or None for all), got the string {output_names!r}; "
+                f"write [{output_names!r}]"
+            )
         if not output_names:
             return self._output_tuple, compiled, compiled.plan
         names = tuple(output_names)
@@ -553,6 +605,7 @@ class InferenceSession:
         names, compiled, plan = self._resolve_outputs(output_names)
         terminate = None
         if run_options is not None:
+            _check_run_options(run_options)
             if run_options.terminate:
                 raise Fail("Exiting due to terminate flag being set to true.")
             terminate = lambda: run_options.terminate  # noqa: E731
@@ -572,32 +625,117 @@ class InferenceSession:
             raise InvalidGraph(f"the model nests too deeply to run: {e}") from e
         if self._profiler is not None:
             self._profiler.session_event("model_run", started, time.perf_counter())
+        self._check_declared(names, out)
         return out
 
-    def _to_user(self, value: Any, feeds: dict[str, Any]) -> Any:
-        """Device value -> what run() returns: a numpy array the caller owns."""
+    def _check_declared(self, names: Sequence[str], values: list[Any]) -> None:
+        """A graph output of another element type than the model declares is an error, not a
+        result: onnxruntime refuses such a model when loading it (a Cast to int64 declared
+        float), and numpy's type promotion must not hide it."""
+        declared = self._declared
+        for name, value in zip(names, values):
+            want = declared.get(name)
+            dt = getattr(value, "dtype", None)
+            if want is None or dt is None or dt == want or isinstance(value, list):
+                continue
+            if not (dtypes.is_string_dtype(want) and dtypes.is_string_dtype(np.dtype(dt))):  # str or object
+                raise InvalidGraph(
+                    f"Type Error: the model declares output '{name}' as {dtypes.dtype_string(want)}, but its graph "
+                    f"computes {_type_string(np.dtype(dt))}. Fix the output's declared type or the graph"
+                )
+
+    def _to_user_all(self, values: list[Any], feeds: dict[str, Any]) -> list[Any]:
+        """Device values -> what run() returns. Each result is an array only the caller holds:
+        never one of the caller's inputs, a constant, or memory another result also uses (an
+        Identity output and its source, an output fetched twice), as in onnxruntime."""
+        results: list[Any] = []
+        for v in values:
+            results.append(self._to_user(v, feeds, results))
+        return results
+
+    def _to_user(self, value: Any, feeds: dict[str, Any], earlier: list[Any]) -> Any:
+        """One device value -> a numpy array the caller owns (``earlier``: the results so far)."""
         if value is None:
             return None
         if isinstance(value, list):
-            return [self._to_user(v, feeds) for v in value]
+            inner: list[Any] = []
+            for v in value:
+                inner.append(self._to_user(v, feeds, [*earlier, *inner]))
+            return inner
         if isinstance(value, dict):
             return value  # a map (ai.onnx.ml ZipMap, DictVectorizer inputs...)
         arr = self._provider.to_host(value)
         if not isinstance(arr, np.ndarray):
             return np.asarray(arr)
-        flags = arr.flags
-        if not flags.c_contiguous:
+        if not arr.flags.c_contiguous:
             # A view in another layout (a transpose, a channels-last kernel result): callers of
             # onnxruntime get C-contiguous arrays, and this copy is one they own.
             return np.ascontiguousarray(arr)
-        if flags.owndata and flags.writeable:
-            return arr  # a fresh buffer: nobody else holds it
-        # Never hand out a constant (read-only) or a view of the caller's own input.
-        if not flags.writeable or any(
-            isinstance(f, np.ndarray) and np.may_share_memory(arr, f) for f in feeds.values()
-        ):
-            return arr.copy()
+        if not arr.flags.writeable or _aliased(CPU, arr, feeds.values(), earlier):
+            return arr.copy()  # a constant, the caller's input, or another result's memory
         return arr
+
+
+def _aliased(provider: Any, arr: Any, feeds: Any, earlier: list[Any]) -> bool:
+    """Whether ``arr`` is, or may overlap, one of the ``feeds`` or an ``earlier`` result. An
+    array owning its memory overlaps another owner only by being it, so the common case (fresh
+    kernel outputs) costs identity checks only."""
+    owner = getattr(getattr(arr, "flags", None), "owndata", False)
+    for other in (*_flat(list(feeds)), *_flat(earlier)):
+        if other is arr:
+            return True
+        if not provider.is_device_array(other):
+            continue
+        if owner and getattr(other.flags, "owndata", False):
+            continue
+        if provider.may_share_memory(arr, other):
+            return True
+    return False
+
+
+def _flat(results: list[Any]) -> list[Any]:
+    """The arrays among results, sequences unpacked."""
+    out: list[Any] = []
+    for r in results:
+        if isinstance(r, list):
+            out.extend(_flat(r))
+        elif r is not None and not isinstance(r, dict):
+            out.append(r)
+    return out
+
+
+def _check_run_options(run_options: Any) -> None:
+    if not isinstance(run_options, RunOptions):
+        raise InvalidArgument(f"run_options must be a RunOptions (or None), got {type(run_options).__name__}")
+
+
+def _host_feed(value: Any, what: str) -> np.ndarray:
+    """A host array for user data: lists converted, str arrays as object, byte-swapped
+    (big-endian) data in native order, as onnxruntime accepts them."""
+    arr = as_host_array(value, what)
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return arr
+
+
+def _python_feed(value: Any, spec: _InputSpec) -> np.ndarray:
+    """A feed given as Python data (a list, a scalar) as an array of the input's declared type,
+    as onnxruntime converts it: [1, 2] feeds a float input as float32, not int64."""
+    want = spec.dtype
+    if want is None:
+        return _host_feed(value, f"input '{spec.name}'")
+    try:
+        if want == np.dtype(object):
+            return np.array(value, dtype=str).astype(object)  # strings: numbers become their text
+        return np.array(value, dtype=want)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise InvalidArgument(
+            f"input '{spec.name}': cannot convert the {type(value).__name__} given to {spec.type_str}: {e}"
+        ) from None
+
+
+def _type_string(dt: np.dtype) -> str:
+    return dtypes.dtype_string(dt) if _known(dt) else str(dt)
 
 
 def _known(dt: np.dtype) -> bool:
@@ -611,8 +749,16 @@ def _known(dt: np.dtype) -> bool:
 def _normalize_providers(
     providers: Sequence[Any] | None, provider_options: Sequence[dict[str, Any]] | None
 ) -> tuple[list[str], list[dict[str, Any]]]:
+    if isinstance(providers, str):
+        raise InvalidArgument(
+            f"'providers' must be a list of provider names, got the string {providers!r}; write [{providers!r}]"
+        )
     if providers is None or len(providers) == 0:
         return ["CPUExecutionProvider"], [{}]
+    if provider_options is not None and (
+        isinstance(provider_options, (str, dict)) or not all(isinstance(o, dict) for o in provider_options)
+    ):
+        raise InvalidArgument(f"'provider_options' must be a list of dicts, one per provider, got {provider_options!r}")
     names: list[str] = []
     options: list[dict[str, Any]] = []
     if provider_options is not None and len(provider_options) != len(providers):

@@ -23,6 +23,7 @@ from ..model import dtypes
 from ..model.load import check_nesting
 from ..ops import registry
 from .binding import validate_node, validate_protos
+from .type_check import check_types
 
 
 def model_opsets(model: ModelProto) -> dict[str, int]:
@@ -375,6 +376,7 @@ def build_graph(model: ModelProto, release_data: bool = False) -> Graph:
     for g in iter_graphs(graph):
         for node in g.nodes:
             validate_node(node)
+    check_types(graph)
     ensure_recursion_limit(nesting_depth(graph))
     return graph
 

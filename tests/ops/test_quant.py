@@ -128,10 +128,12 @@ def test_quantize_output_dtype_attribute() -> None:
     x = _x(4, 4)
     got = vs_ort("QuantizeLinear", {"x": x, "s": np.array(0.01, np.float32)}, {"y": 5}, output_dtype=5, opset=21)[0]
     assert got.dtype == np.int16
+    # The output declared as the zero point's type (uint8), so that the model's types agree and
+    # the kernel itself refuses the conflicting output_dtype.
     msg = run_error(
         "QuantizeLinear",
         {"x": x, "s": np.array(0.01, np.float32), "z": np.zeros((), np.uint8)},
-        {"y": 5},
+        {"y": 2},
         output_dtype=5,
         opset=21,
     )

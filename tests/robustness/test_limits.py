@@ -53,8 +53,10 @@ def _node_model(
     }
     inputs = [vinfo(n, elem[v.dtype], list(v.shape)) for n, v in feeds.items() if not n.startswith("_")]
     extra = {"ai.onnx.ml": 3} if domain == "ai.onnx.ml" else None
+    # Outputs declared without an element type: inference gives each the type its op makes
+    # (an int64 Range, say), which a declared float would contradict.
     model = make_model(
-        [node], inputs, [vinfo(o, F if o == "y" else I64, None) for o in outs], opset=opset, extra_opsets=extra
+        [node], inputs, [vinfo(o, TensorProto.UNDEFINED, None) for o in outs], opset=opset, extra_opsets=extra
     )
     return model, {n: v for n, v in feeds.items() if not n.startswith("_")}
 
