@@ -103,6 +103,14 @@ def import_dlpack(obj: Any, is_bool_tensor: bool = False) -> tuple[Any, Provider
         if isinstance(e, InvalidArgument):
             raise
         raise InvalidArgument(f"from_dlpack: cannot import {type(obj).__name__}: {e}") from e
+    if not value.flags.c_contiguous:
+        # An OrtValue's data is data_ptr() and its shape, as in onnxruntime (which refuses these
+        # too): a transposed or reversed view would be read in the wrong order, or out of bounds.
+        raise InvalidArgument(
+            f"from_dlpack: the tensor must be C-contiguous (shape {list(value.shape)}, strides in elements "
+            f"{[s // value.itemsize for s in value.strides]}); make it contiguous first "
+            "(tensor.contiguous(), numpy.ascontiguousarray)"
+        )
     # Producers that predate DLPack's bool type hand bools over as uint8.
     if is_bool_tensor and value.dtype == np.uint8:
         value = value.view(np.bool_)

@@ -8,15 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from ..api.errors import EngineError, OnnxpyError, RuntimeException
+from ..api.errors import EngineError, Fail, OnnxpyError, RuntimeException
 from ..planner.plan import ExecutionPlan, Step
 
 # An observer sees each step: before(plan, step, values) -> token, after(plan, step, token, values).
 Observer = Any
 
 
-class RunTerminated(EngineError):
-    pass
+class RunTerminated(Fail, EngineError):
+    """RunOptions.terminate seen between steps: onnxruntime's class for it is Fail, whether
+    the flag was set before the run or during it."""
 
 
 def execute(

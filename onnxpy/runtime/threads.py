@@ -21,6 +21,12 @@ _SETTERS = (
     ("openblas_set_num_threads", "openblas_get_num_threads"),
 )
 _lock = threading.Lock()
+# The caps of the bodies running now (runs in several threads, each with its own cap): the pool
+# is one per process, so it runs at the smallest of them, and at the count it had before the
+# first of them once the last ends. (Each body restoring the count it saw on entry left the
+# pool capped for good when two overlapped.)
+_caps: list[int] = []
+_uncapped = 0
 _found: tuple[Callable[[int], None], Callable[[], int]] | None | bool = False
 
 
@@ -58,11 +64,15 @@ def blas_threads(n: int) -> Iterator[None]:
     if not f:
         yield
         return
+    global _uncapped
     with _lock:
-        before = int(f[1]())
-        f[0](int(n))
+        if not _caps:
+            _uncapped = int(f[1]())
+        _caps.append(int(n))
+        f[0](min(_caps))
     try:
         yield
     finally:
         with _lock:
-            f[0](before)
+            _caps.remove(int(n))
+            f[0](min(_caps) if _caps else _uncapped)
