@@ -26,6 +26,10 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+import numpy as np
+
+from .errors import InvalidArgument
+
 
 class GraphOptimizationLevel(enum.IntEnum):
     ORT_DISABLE_ALL = 0
@@ -58,7 +62,59 @@ CONFIG_KEYS = {
 }
 
 
+def _member(kind: type[enum.IntEnum], value: Any, what: str) -> Any:
+    """``value`` as a member of ``kind`` (its members or their int values); a clear error for
+    anything else (an int() of a string or float would hide the mistake)."""
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        try:
+            return kind(int(value))
+        except ValueError:
+            pass
+    valid = ", ".join(f"{m.name} ({int(m)})" for m in kind)
+    raise InvalidArgument(f"{what} must be one of {valid}, got {value!r}")
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InvalidArgument(f"{what} must be an int >= 0 (0: the default), got {value!r}")
+    return int(value)
+
+
+def _severity(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not -1 <= value <= 4:
+        raise InvalidArgument(
+            f"{what} must be an int from 0 (verbose) to 4 (fatal), or -1 (the default), got {value!r}"
+        )
+    return int(value)
+
+
+class _Checked:
+    """A validated attribute: assignments go through ``check(value, what)``."""
+
+    def __init__(self, check: Any) -> None:
+        self.check = check
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.what = f"{owner.__name__}.{name}"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else obj.__dict__[self.name]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.name] = self.check(value, self.what)
+
+
 class SessionOptions:
+    graph_optimization_level = _Checked(lambda v, what: _member(GraphOptimizationLevel, v, what))
+    execution_mode = _Checked(lambda v, what: _member(ExecutionMode, v, what))
+    execution_order = _Checked(lambda v, what: _member(ExecutionOrder, v, what))
+    intra_op_num_threads = _Checked(_count)
+    inter_op_num_threads = _Checked(_count)
+    log_severity_level = _Checked(_severity)
+
     def __init__(self) -> None:
         self.graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
         self.intra_op_num_threads: int = 0
@@ -112,6 +168,8 @@ class SessionOptions:
 
 
 class RunOptions:
+    log_severity_level = _Checked(_severity)
+
     def __init__(self) -> None:
         self.log_severity_level: int = -1
         self.log_verbosity_level: int = 0

@@ -12,6 +12,7 @@ stream; ``__dlpack__(stream=s)`` makes the consumer's stream ``s`` wait for it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from ..model import dtypes
 from ..providers import CPU, Provider, provider_for_device
-from .errors import InvalidArgument
+from .errors import Fail, InvalidArgument
 
 # onnxruntime's OrtDevice constants
 _DEVICE_TYPES = {"cpu": 0, "cuda": 1, "gpu": 1}
@@ -120,6 +121,8 @@ class OrtValue:
         (``data_ptr()`` is the array's address; the OrtValue keeps the array alive); anything
         else is converted once.
         """
+        if numpy_obj is None:
+            raise InvalidArgument("ortvalue_from_numpy: got None; expected a numpy array (or data convertible to one)")
         arr = as_host_array(numpy_obj, "ortvalue_from_numpy")
         if not arr.dtype.isnative:
             arr = arr.astype(arr.dtype.newbyteorder("="))
@@ -168,6 +171,12 @@ class OrtValue:
             return OrtValue(provider.empty(dims, dt), provider)
         except TypeError as e:  # an element type the device cannot hold
             raise InvalidArgument(f"ortvalue_from_shape_and_type: {e}") from None
+        except (MemoryError, ValueError) as e:  # more than the machine (or numpy) can hold
+            nbytes = math.prod(dims) * dt.itemsize
+            raise Fail(
+                f"ortvalue_from_shape_and_type: cannot allocate {nbytes} bytes for shape {list(dims)} of "
+                f"{dtypes.dtype_string(dt)} on '{device_type}': {type(e).__name__}: {e}"
+            ) from None
 
     @staticmethod
     def from_dlpack(data: Any, is_bool_tensor: bool = False) -> OrtValue:
@@ -340,11 +349,18 @@ def _element_dtype(element_type: Any) -> np.dtype:
         raise InvalidArgument(f"unsupported element_type {element_type!r}: {e}") from None
 
 
-def _check_shape(shape: Any, what: str) -> tuple[int, ...]:
+def _items(obj: Any) -> list[Any]:
     try:
-        dims = tuple(int(d) for d in shape)
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"{what}: shape must be a sequence of ints, got {shape!r}") from None
+        return list(obj)
+    except TypeError:
+        return [None]  # not a sequence: fails the int check
+
+
+def _check_shape(shape: Any, what: str) -> tuple[int, ...]:
+    # Integers only: int() would turn 2.5 into 2 and the string '23' into (2, 3) silently.
+    if isinstance(shape, (str, bytes)) or not all(isinstance(d, (int, np.integer)) for d in _items(shape)):
+        raise InvalidArgument(f"{what}: shape must be a sequence of ints, got {shape!r}")
+    dims = tuple(int(d) for d in shape)
     if any(d < 0 for d in dims):
         raise InvalidArgument(f"{what}: shape {list(dims)} has a negative dimension")
     return dims

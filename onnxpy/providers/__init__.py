@@ -18,6 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from ..api.errors import InvalidArgument
 from .base import Provider
 from .cpu import CPUProvider
 
@@ -113,7 +116,11 @@ def available_provider_names() -> list[str]:
 
 def provider_for_device(device_type: str, device_id: int = 0) -> Provider:
     """The provider for a device such as ("cpu", 0) or ("cuda", 1); a clear error otherwise."""
-    kind = str(device_type).lower()
+    if not isinstance(device_type, str):
+        raise InvalidArgument(f"device type must be a string such as 'cpu' or 'cuda', got {device_type!r}")
+    if isinstance(device_id, bool) or not isinstance(device_id, (int, np.integer)) or device_id < 0:
+        raise InvalidArgument(f"device id must be an int >= 0, got {device_id!r}")
+    kind = device_type.lower()
     if kind == "gpu":
         kind = "cuda"
     key = (kind, int(device_id))
@@ -126,7 +133,7 @@ def provider_for_device(device_type: str, device_id: int = 0) -> Provider:
             from . import cuda
 
             if not cuda.is_available():
-                raise RuntimeError(
+                raise InvalidArgument(
                     f"device 'cuda:{device_id}' is not available: {cuda.unavailable_reason()}; "
                     "install onnxpy[cuda] on a machine with an NVIDIA GPU, or use 'cpu'"
                 )
@@ -135,7 +142,7 @@ def provider_for_device(device_type: str, device_id: int = 0) -> Provider:
             provider = _registered[kind].factory(int(device_id))
         else:
             known = ["cpu", "cuda", *_registered]
-            raise RuntimeError(f"unsupported device type '{device_type}': onnxpy supports {known}")
+            raise InvalidArgument(f"unsupported device type '{device_type}': onnxpy supports {known}")
         _cache[key] = provider
         return provider
 

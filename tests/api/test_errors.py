@@ -211,3 +211,91 @@ def test_initializer_whose_data_disagree_with_its_shape() -> None:
     m.graph.initializer[0].dims[:] = [5]
     with pytest.raises(onnxpy.Fail, match="'w'"):
         onnxpy.InferenceSession(m)
+
+
+# -- arguments of the wrong kind: named, never coerced silently ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("graph_optimization_level", 5, "ORT_ENABLE_ALL \\(99\\)"),
+        ("graph_optimization_level", "2", "ORT_DISABLE_ALL \\(0\\)"),
+        ("execution_mode", 7, "ORT_PARALLEL \\(1\\)"),
+        ("execution_order", -1, "PRIORITY_BASED \\(1\\)"),
+        ("log_severity_level", 9, "from 0 \\(verbose\\) to 4 \\(fatal\\)"),
+        ("intra_op_num_threads", "4", "an int >= 0"),
+        ("intra_op_num_threads", 2.5, "an int >= 0"),
+        ("inter_op_num_threads", -1, "an int >= 0"),
+    ],
+)
+def test_session_options_refuse_bad_values_naming_the_option(option: str, value: object, expected: str) -> None:
+    so = onnxpy.SessionOptions()
+    before = getattr(so, option)
+    with pytest.raises(onnxpy.InvalidArgument, match=rf"SessionOptions\.{option} must be .*{expected}.*got {value!r}"):
+        setattr(so, option, value)
+    assert getattr(so, option) == before
+
+
+def test_session_options_take_enum_values_as_ints() -> None:
+    so = onnxpy.SessionOptions()
+    so.graph_optimization_level = 1
+    so.execution_mode = 1
+    assert so.graph_optimization_level is onnxpy.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    assert so.execution_mode is onnxpy.ExecutionMode.ORT_PARALLEL
+    assert "ORT_ENABLE_BASIC" in repr(so)
+    ro = onnxpy.RunOptions()
+    with pytest.raises(onnxpy.InvalidArgument, match=r"RunOptions\.log_severity_level"):
+        ro.log_severity_level = 5
+
+
+def test_arguments_of_the_wrong_kind_are_named(sess: onnxpy.InferenceSession) -> None:
+    with pytest.raises(onnxpy.InvalidArgument, match="run_options must be a RunOptions .*got dict"):
+        sess.run(None, _good(), {})  # type: ignore[arg-type]
+    with pytest.raises(onnxpy.InvalidArgument, match="run_options must be a RunOptions"):
+        sess.run_with_iobinding(sess.io_binding(), 5)  # type: ignore[arg-type]
+    with pytest.raises(
+        onnxpy.InvalidArgument, match=r"output_names must be a list .*the string 'out'; write \['out'\]"
+    ):
+        sess.run("out", _good())  # type: ignore[arg-type]
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x")], [vinfo("y")])
+    with pytest.raises(onnxpy.InvalidArgument, match=r"'providers' must be a list .*write \['CPUExecutionProvider'\]"):
+        onnxpy.InferenceSession(m, providers="CPUExecutionProvider")  # type: ignore[arg-type]
+    with pytest.raises(onnxpy.InvalidArgument, match="'provider_options' must be a list of dicts"):
+        onnxpy.InferenceSession(m, providers=["CPUExecutionProvider"], provider_options=["x"])  # type: ignore[list-item]
+    _still_works(sess)
+
+
+def test_devices_and_shapes_of_the_wrong_kind_are_named(sess: onnxpy.InferenceSession) -> None:
+    io = sess.io_binding()
+    with pytest.raises(onnxpy.InvalidArgument, match="device id must be an int >= 0, got 'abc'"):
+        io.bind_output("out", "cpu", "abc")  # type: ignore[arg-type]
+    with pytest.raises(onnxpy.InvalidArgument, match="unsupported device type 'tpu'"):
+        io.bind_output("out", "tpu")
+    for shape in ([2.5, 3], "23", 5):
+        with pytest.raises(onnxpy.InvalidArgument, match="shape must be a sequence of ints"):
+            onnxpy.OrtValue.ortvalue_from_shape_and_type(shape, np.float32)  # type: ignore[arg-type]
+    with pytest.raises(onnxpy.InvalidArgument, match="ortvalue_from_numpy: got None"):
+        onnxpy.OrtValue.ortvalue_from_numpy(None)
+    with pytest.raises(onnxpy.Fail, match=r"cannot allocate \d+ bytes for shape \[1048576, 1048576, 1048576\]"):
+        onnxpy.OrtValue.ortvalue_from_shape_and_type([1 << 20] * 3, np.float32)
+    _still_works(sess)
+
+
+def test_from_dlpack_refuses_non_contiguous_tensors() -> None:
+    # data_ptr() and the shape are the whole description of an OrtValue (onnxruntime refuses
+    # these too: "ORT only supports contiguous tensor")
+    for a in (np.arange(6, dtype=np.float32)[::-1], np.arange(6, dtype=np.float32).reshape(2, 3).T):
+        with pytest.raises(onnxpy.InvalidArgument, match="from_dlpack: the tensor must be C-contiguous"):
+            onnxpy.OrtValue.from_dlpack(a)
+
+
+def test_a_profile_that_cannot_be_written_is_named(tmp_path: Path) -> None:
+    so = onnxpy.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "missing" / "trace")
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x", TensorProto.FLOAT, [2])], [vinfo("y")])
+    s = onnxpy.InferenceSession(m, so)
+    s.run(None, {"x": np.ones(2, np.float32)})
+    with pytest.raises(onnxpy.NoSuchFile, match="end_profiling could not write the trace.*missing"):
+        s.end_profiling()
