@@ -335,6 +335,10 @@ def _check_io_types(model: ModelProto) -> None:
             if not tp.HasField("tensor_type"):
                 continue
             et = tp.tensor_type.elem_type
+            if not et and kind == "input":
+                # A feed could not be checked against it; onnxruntime refuses it too. (Outputs
+                # may leave it to inference.)
+                raise InvalidGraph(f"graph input '{vi.name}' declares no element type (UNDEFINED)")
             if et:
                 try:
                     dtypes.np_dtype(et)

@@ -185,3 +185,9 @@ def test_heterogeneous_loop_state_is_not_a_type_error() -> None:
         None, {"n": np.array(2), "f": np.ones(1, np.float32), "i": np.ones(1, np.int64)}
     )
     assert f.dtype == np.float32 and i.dtype == np.int64
+
+
+def test_an_input_without_element_type_is_refused() -> None:
+    m = make_model([helper.make_node("Relu", ["x"], ["z"])], [vinfo("x", TensorProto.UNDEFINED, [2])], [vinfo("z", F)])
+    with pytest.raises(onnxpy.InvalidGraph, match=r"graph input 'x' declares no element type"):
+        onnxpy.InferenceSession(m)
