@@ -24,6 +24,7 @@ deterministic), log_verbosity_level, logid.
 from __future__ import annotations
 
 import enum
+import os
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,29 @@ def _severity(value: Any, what: str) -> int:
     return int(value)
 
 
+def _flag(value: Any, what: str) -> bool:
+    # bools (and 0 / 1): a string such as "false" or "no" would count as true
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+        return bool(value)
+    raise InvalidArgument(f"{what} must be True or False, got {value!r}")
+
+
+def _text(value: Any, what: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)  # type: ignore[return-value]
+    raise InvalidArgument(f"{what} must be a string, got {value!r}")
+
+
+def _dimension(name: Any, value: Any, what: str) -> tuple[str, int]:
+    if not isinstance(name, str):
+        raise InvalidArgument(f"{what}: the dimension's name must be a string, got {name!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InvalidArgument(f"{what}: the value for '{name}' must be an int >= 0, got {value!r}")
+    return name, int(value)
+
+
 class _Checked:
     """A validated attribute: assignments go through ``check(value, what)``."""
 
@@ -114,6 +138,15 @@ class SessionOptions:
     intra_op_num_threads = _Checked(_count)
     inter_op_num_threads = _Checked(_count)
     log_severity_level = _Checked(_severity)
+    log_verbosity_level = _Checked(_count)
+    enable_profiling = _Checked(_flag)
+    enable_cpu_mem_arena = _Checked(_flag)
+    enable_mem_pattern = _Checked(_flag)
+    enable_mem_reuse = _Checked(_flag)
+    use_deterministic_compute = _Checked(_flag)
+    profile_file_prefix = _Checked(_text)
+    optimized_model_filepath = _Checked(_text)
+    logid = _Checked(_text)
 
     def __init__(self) -> None:
         self.graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -137,7 +170,11 @@ class SessionOptions:
         self._initializers: dict[str, Any] = {}
 
     def add_session_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidArgument(
+                f"add_session_config_entry takes a string key and a string value, got {key!r} and {value!r}"
+            )
+        self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:
         try:
@@ -146,14 +183,12 @@ class SessionOptions:
             raise RuntimeError(f"SessionOptions does not have configuration with key: {key}") from None
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
-        if int(dim_value) < 0:
-            raise ValueError(f"free dimension override '{dim_name}' must be >= 0, got {dim_value}")
-        self._free_dim_by_name[str(dim_name)] = int(dim_value)
+        name, value = _dimension(dim_name, dim_value, "add_free_dimension_override_by_name")
+        self._free_dim_by_name[name] = value
 
     def add_free_dimension_override_by_denotation(self, dim_denotation: str, dim_value: int) -> None:
-        if int(dim_value) < 0:
-            raise ValueError(f"free dimension override '{dim_denotation}' must be >= 0, got {dim_value}")
-        self._free_dim_by_denotation[str(dim_denotation)] = int(dim_value)
+        name, value = _dimension(dim_denotation, dim_value, "add_free_dimension_override_by_denotation")
+        self._free_dim_by_denotation[name] = value
 
     def add_initializer(self, name: str, val: Any) -> None:
         """Replace the model's initializer ``name`` by an OrtValue (or numpy array) of the same type."""
@@ -169,6 +204,10 @@ class SessionOptions:
 
 class RunOptions:
     log_severity_level = _Checked(_severity)
+    log_verbosity_level = _Checked(_count)
+    terminate = _Checked(_flag)
+    only_execute_path_to_fetches = _Checked(_flag)
+    logid = _Checked(_text)
 
     def __init__(self) -> None:
         self.log_severity_level: int = -1
@@ -180,7 +219,11 @@ class RunOptions:
         self._config: dict[str, str] = {}
 
     def add_run_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidArgument(
+                f"add_run_config_entry takes a string key and a string value, got {key!r} and {value!r}"
+            )
+        self._config[key] = value
 
     def get_run_config_entry(self, key: str) -> str:
         try:

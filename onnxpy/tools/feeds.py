@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ..api.errors import InvalidProtobuf
 from ..model import dtypes
 
 
@@ -259,7 +260,9 @@ def load_model_header(path: str) -> onnx.ModelProto:
     try:
         return onnx.load(path, load_external_data=False)
     except Exception as e:  # noqa: BLE001 - any parse failure is the user's file, reported as such
-        raise UsageError(f"cannot read {path!r} as an ONNX model: {e}") from None
+        # The file is there but is no model: a model that failed to load (exit status 1), not
+        # a command-line mistake.
+        raise InvalidProtobuf(f"cannot read {path!r} as an ONNX model: {e}") from None
 
 
 def session_kwargs_overrides(opts: Any, overrides: dict[str, int]) -> None:

@@ -227,6 +227,9 @@ def test_initializer_whose_data_disagree_with_its_shape() -> None:
         ("intra_op_num_threads", "4", "an int >= 0"),
         ("intra_op_num_threads", 2.5, "an int >= 0"),
         ("inter_op_num_threads", -1, "an int >= 0"),
+        ("enable_profiling", "yes", "True or False"),
+        ("enable_cpu_mem_arena", "no", "True or False"),  # "no" would have been true
+        ("profile_file_prefix", 3, "a string"),
     ],
 )
 def test_session_options_refuse_bad_values_naming_the_option(option: str, value: object, expected: str) -> None:
@@ -247,6 +250,17 @@ def test_session_options_take_enum_values_as_ints() -> None:
     ro = onnxpy.RunOptions()
     with pytest.raises(onnxpy.InvalidArgument, match=r"RunOptions\.log_severity_level"):
         ro.log_severity_level = 5
+    with pytest.raises(onnxpy.InvalidArgument, match=r"RunOptions\.terminate must be True or False, got 'false'"):
+        ro.terminate = "false"  # type: ignore[assignment]
+    assert ro.terminate is False
+    with pytest.raises(
+        onnxpy.InvalidArgument, match="string key and a string value, got 'session.check_nan_inf' and 1"
+    ):
+        so.add_session_config_entry("session.check_nan_inf", 1)  # type: ignore[arg-type]
+    with pytest.raises(onnxpy.InvalidArgument, match="the value for 'batch' must be an int >= 0, got 2.7"):
+        so.add_free_dimension_override_by_name("batch", 2.7)  # type: ignore[arg-type]
+    so.enable_profiling = 1  # 0 and 1 are fine
+    assert so.enable_profiling is True
 
 
 def test_arguments_of_the_wrong_kind_are_named(sess: onnxpy.InferenceSession) -> None:
