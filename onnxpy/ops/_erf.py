@@ -108,6 +108,8 @@ _GELU_Q = (
 
 def gelu32(xp: Any, x: Any) -> Any:
     """GELU (erf form) of a float32 array, in a fresh float32 array."""
+    if x.ndim == 0:  # arithmetic on 0-d arrays gives scalars, which the in-place passes need not be
+        return gelu32(xp, x.reshape(1)).reshape(())
     v = x.astype(np.float32, copy=False)
     # Huge |x| overflow u and Q(u) to +-inf on purpose (see above): no warnings for that.
     with np.errstate(over="ignore", invalid="ignore"):
@@ -125,6 +127,8 @@ def gelu32(xp: Any, x: Any) -> Any:
 
 def erf(xp: Any, x: Any) -> Any:
     """erf of a floating array, returned in x's dtype."""
+    if x.ndim == 0:  # see gelu32
+        return erf(xp, x.reshape(1)).reshape(())
     if x.dtype != np.float64:
         return _erf32(xp, x).astype(x.dtype, copy=False)
     key = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)

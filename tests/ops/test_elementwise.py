@@ -59,6 +59,27 @@ def test_unary_matches_onnxruntime(op: str, dtype: Any) -> None:
     assert_same(got, want[0], rtol=2e-3 if dtype == np.float16 else 1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("op", UNARY)
+def test_unary_on_a_scalar_tensor(op: str, dtype: Any) -> None:
+    """A 0-d input gives the 0-d value of the one-element result (numpy's ufuncs return
+    scalars for 0-d arrays: Sigmoid, Erf and Gelu failed on them)."""
+    opset = 20 if op == "Gelu" else 18
+    one = unary_input(op, dtype, np.random.default_rng(2))[6:7]
+    scalar = one.reshape(())
+    got = quiet(lambda: run_ours(node_model(op, {"x": scalar}, 1, opset), {"x": scalar}))[0]
+    want = quiet(lambda: run_ours(node_model(op, {"x": one}, 1, opset), {"x": one}))[0]
+    assert_same(got, want.reshape(()))
+
+
+def test_hard_sigmoid_float16_rounds_once() -> None:
+    # alpha * x + beta in float32, rounded to float16 at the end: the correctly rounded value
+    x = np.array([-2.135, 0.7, 3.3], np.float16)
+    got = run_ours(node_model("HardSigmoid", {"x": x}, 1, 22), {"x": x})[0]
+    want = np.clip(x.astype(np.float64) * 0.2 + 0.5, 0, 1).astype(np.float16)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("op", UNARY)
 def test_unary_bfloat16_follows_float32(op: str) -> None:
     x = unary_input(op, np.float32, np.random.default_rng(1)).astype(ml_dtypes.bfloat16)

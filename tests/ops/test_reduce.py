@@ -356,3 +356,21 @@ def test_mean_over_trailing_axes(shape: tuple[int, ...], keepdims: int) -> None:
     # host up to 4096 values per mean (numpy's pairwise sums beyond).
     x = np.random.default_rng(9).standard_normal(shape).astype(np.float32) + 3
     check_against_ort("ReduceMean", x, [2, 3], 18, keepdims=keepdims)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "GlobalAveragePool"])
+def test_means_are_sums_divided_by_the_count(op: str) -> None:
+    """Short trailing means run as one BLAS product. With weights of 1/n, rounded and fused
+    into BLAS's multiply-adds, 120 values of 1.5 gave 1.5000001 (and LayerNormalization's
+    expanded form a variance below 0 for constant rows). Values whose sum is exact in any
+    order (quarters) must give that sum divided by n, correctly rounded."""
+    x = np.full((2, 120), 1.5, np.float32)
+    x[1] = np.arange(120) * 0.25 - 7
+    want = (x.astype(np.float64).sum(axis=1) / 120).astype(np.float32)
+    if op == "GlobalAveragePool":
+        x = x.reshape(1, 2, 12, 10)
+        model = node_model(op, {"x": x}, 1, 17)
+    else:
+        model = node_model(op, {"x": x}, 1, 17, axes=[1])
+    got = run_ours(model, {"x": x})[0]
+    np.testing.assert_array_equal(got.ravel(), want)
