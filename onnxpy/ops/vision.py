@@ -505,6 +505,11 @@ def _grid_axis_taps(
     return idx, w, valid
 
 
+# Normalized grid coordinates this far out are outside any input (|x| >= 5e5 pixels per unit
+# of size) and still exact in float64 through the pixel arithmetic.
+_FAR_COORDINATE = 1e6
+
+
 def _grid_sample(xp: Any, X: Any, grid: Any, mode: str, padding_mode: str, align_corners: int) -> Any:  # noqa: N803
     kind = {"bilinear": "linear", "linear": "linear", "nearest": "nearest", "bicubic": "cubic", "cubic": "cubic"}.get(
         mode
@@ -524,6 +529,14 @@ def _grid_sample(xp: Any, X: Any, grid: Any, mode: str, padding_mode: str, align
     out_sp = [int(d) for d in grid.shape[1:-1]]
     q = int(np.prod(out_sp))
     g = grid.astype(np.float64).reshape(n, q, r)
+    lost = None
+    if not bool(np.isfinite(g).all()):
+        # An infinite coordinate lies beyond every border: far, but finite, it samples as the
+        # padding mode says (a border value, a reflection, zero) instead of reaching the
+        # index arithmetic as inf (an IndexError, or NaN weights). A NaN coordinate samples
+        # nothing: NaN (0 for integer inputs), as arithmetic on it would give.
+        lost = np.isnan(g).any(axis=-1)
+        g = np.where(np.isnan(g), 0.0, np.clip(g, -_FAR_COORDINATE, _FAR_COORDINATE))
     # grid's last axis lists coordinates innermost spatial axis first.
     taps = [_grid_axis_taps(xp, g[:, :, r - 1 - d], in_sp[d], kind, padding_mode, align_corners) for d in range(r)]
     strides = [int(np.prod(in_sp[d + 1 :])) for d in range(r)]
@@ -565,6 +578,9 @@ def _grid_sample(xp: Any, X: Any, grid: Any, mode: str, padding_mode: str, align
         else:
             y += vals
     assert y is not None
+    if lost is not None and lost.any():
+        y = y.copy() if not y.flags.writeable else y
+        y[xp.asarray(lost)] = np.nan if y.dtype.kind in "fc" else (0 if numeric else "")
     y = y.transpose(0, 2, 1)
     y = y.reshape([n, c, *out_sp])
     if kind != "nearest":

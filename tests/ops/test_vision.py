@@ -600,3 +600,20 @@ def test_space_to_depth_old_opsets_and_errors() -> None:
         run_ours("SpaceToDepth", {"input": x}, 13, blocksize=4)
     with pytest.raises(Exception, match="blocksize"):
         run_ours("DepthToSpace", {"input": x}, 13, blocksize=2)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_non_finite_coordinates(mode: str, padding: str) -> None:
+    """An infinite coordinate samples like a very distant one (zeros padding: 0, border: the
+    border value); a NaN one gives NaN. Both used to reach the index arithmetic (IndexError)."""
+    x = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
+    grid = np.array([[[[np.inf, 0.0], [-np.inf, 0.2], [0.3, np.nan], [0.1, 0.1]]]], np.float32)
+    far = np.array([[[[1e4, 0.0], [-1e4, 0.2], [0.3, 0.0], [0.1, 0.1]]]], np.float32)
+    (got,) = run_ours("GridSample", {"X": x, "grid": grid}, 20, mode=mode, padding_mode=padding)
+    (want,) = run_ours("GridSample", {"X": x, "grid": far}, 20, mode=mode, padding_mode=padding)
+    assert np.isnan(got[0, 0, 0, 2])
+    if padding != "reflection":  # reflecting an infinite distance has no defined place
+        np.testing.assert_allclose(got[0, 0, 0, [0, 1, 3]], want[0, 0, 0, [0, 1, 3]], rtol=1e-6)
+    if padding == "zeros":
+        assert got[0, 0, 0, 0] == 0 and got[0, 0, 0, 1] == 0
