@@ -226,6 +226,8 @@ def _resize(
     if roi is not None and coordinate_transformation_mode == "tf_crop_and_resize":
         if len(roi) != 2 * len(ax):
             raise ValueError(f"{what}: roi has {len(roi)} values, expected {2 * len(ax)} (start and end per axis)")
+        if not all(math.isfinite(v) for v in roi):
+            raise ValueError(f"{what}: roi must hold finite values for tf_crop_and_resize, got {list(roi)}")
         for i, a in enumerate(ax):
             starts[a] = roi[i]
             ends[a] = roi[len(ax) + i]

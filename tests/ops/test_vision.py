@@ -162,6 +162,19 @@ def test_resize_tf_crop_and_resize(mode: str, extrapolation: float) -> None:
     assert (np.asarray(got[0]) == np.float32(extrapolation)).any()
 
 
+def test_resize_tf_crop_and_resize_refuses_a_non_finite_roi() -> None:
+    x = RNG.standard_normal((1, 1, 6, 8)).astype(np.float32)
+    roi = np.array([0, 0, np.nan, 0.3, 1, 1, 0.7, np.inf], dtype=np.float32)
+    sz = np.array([1, 1, 5, 7], dtype=np.int64)
+    with pytest.raises(onnxpy.OnnxpyError, match="roi must hold finite values for tf_crop_and_resize"):
+        run_ours(
+            "Resize",
+            {"X": x, "roi": roi, "scales": None, "sizes": sz},
+            19,
+            coordinate_transformation_mode="tf_crop_and_resize",
+        )
+
+
 @pytest.mark.parametrize("policy", ["stretch", "not_larger", "not_smaller"])
 @pytest.mark.parametrize("axes", [[2, 3], [3, 2], [-1, -2], [1]])
 def test_resize_axes_and_keep_aspect_ratio(policy: str, axes: list[int]) -> None:
