@@ -326,9 +326,10 @@ _ROW_VECTORS: dict[tuple[int, float, str], np.ndarray] = {}
 
 
 def _row_vector(n: int, value: float, dtype: np.dtype) -> np.ndarray:
-    """(n,) filled with ``value``, cached read-only: row sums (value 1) and means (1/n) as one
-    matrix-vector product (BLAS), much faster than numpy's per-row reduction when rows are
-    short, as in transformer LayerNorms and attention softmaxes."""
+    """(n,) filled with ``value``, cached read-only: row sums (value 1) as one matrix-vector
+    product (BLAS), much faster than numpy's per-row reduction when rows are short, as in
+    transformer LayerNorms and attention softmaxes. (Means divide the sums: a rounded 1/n
+    made constant rows' means inexact.)"""
     key = (n, value, dtype.str)
     v = _ROW_VECTORS.get(key)
     if v is None:
@@ -346,13 +347,16 @@ def _normalize_trailing(work: np.ndarray, axis: int, epsilon: float) -> tuple[An
     rows = math.prod(work.shape[:axis])
     cols = math.prod(work.shape[axis:])
     x2 = work.reshape(rows, cols)
-    inv_n = _row_vector(cols, 1.0 / cols, work.dtype)
-    mean = x2 @ inv_n
+    n = work.dtype.type(cols)
+    # Sums divided by the count, not products with a rounded 1/n (inexact means of constant
+    # rows otherwise, as ops/pool.py's _spatial_mean found).
+    mean = x2 @ _row_vector(cols, 1.0, work.dtype)
+    mean /= n
     centered = x2 - mean[:, None]
     # Row sums of squares in one einsum pass, without a squared temporary (LayerNorm on BERT's
     # 128x128: 39 -> 29 us with the change below).
     var = np.einsum("ij,ij->i", centered, centered)
-    var *= work.dtype.type(1.0 / cols)
+    var /= n
     var += work.dtype.type(epsilon)
     inv_std = np.sqrt(var, out=var)
     np.divide(work.dtype.type(1), inv_std, out=inv_std)

@@ -287,6 +287,19 @@ def test_layer_norm_with_stats(axis: int, with_bias: bool) -> None:
     _same(got, want, 1e-5)
 
 
+def test_layer_norm_of_constant_rows_is_exact() -> None:
+    """A constant row's mean is the constant and its variance 0 (so 1/std is 1/sqrt(eps)),
+    also over a width whose reciprocal is not exact: means are sums divided by the count."""
+    x = np.full((2, 120), 1.5, np.float32)
+    x[1] = -3.25
+    feeds = {"X": x, "Scale": np.full(120, 2, np.float32), "B": np.full(120, -1.5, np.float32)}
+    outs = {"Y": TensorProto.FLOAT, "Mean": TensorProto.FLOAT, "InvStdDev": TensorProto.FLOAT}
+    y, mean, inv_std = _ours("LayerNormalization", feeds, 17, outs=outs, epsilon=1e-5)
+    np.testing.assert_array_equal(mean.ravel(), [1.5, -3.25])
+    np.testing.assert_array_equal(inv_std.ravel(), np.float32(1) / np.sqrt(np.float32(1e-5)))
+    np.testing.assert_array_equal(y, np.full((2, 120), -1.5, np.float32))
+
+
 def test_layer_norm_float16() -> None:
     rng = np.random.default_rng(13)
     feeds = {
