@@ -14,6 +14,10 @@ What each option does in onnxpy:
   glibc's malloc thresholds once per process (onnxpy.runtime.memory); False leaves malloc as
   it is, unless another session of the process already set them.
 
+Every option is checked when assigned (``_Checked``): a value of the wrong kind raises
+InvalidArgument naming the option and what it takes, instead of being coerced (an int() of
+2.5, a truthy "no"). Enum options also take their int values.
+
 Accepted for compatibility, no effect in onnxpy (documented, not silently dropped):
 inter_op_num_threads and execution_mode (nodes always run in order on one thread),
 execution_order, enable_mem_pattern and enable_mem_reuse (the planner
