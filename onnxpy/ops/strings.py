@@ -107,10 +107,87 @@ def string_split(xp: Any, X: Any, *, delimiter: str | None = None, maxsplit: int
     return y.reshape(tuple(x.shape) + (width,)), xp.asarray(counts)
 
 
+# RE2's POSIX classes (valid only inside a bracket expression), ASCII as in RE2.
+_POSIX_CLASSES = {
+    "alnum": "0-9A-Za-z",
+    "alpha": "A-Za-z",
+    "ascii": "\\x00-\\x7f",
+    "blank": "\\t ",
+    "cntrl": "\\x00-\\x1f\\x7f",
+    "digit": "0-9",
+    "graph": "!-~",
+    "lower": "a-z",
+    "print": " -~",
+    "punct": "!-/:-@\\[-`{-~",
+    "space": "\\t\\n\\v\\f\\r ",
+    "upper": "A-Z",
+    "word": "0-9A-Za-z_",
+    "xdigit": "0-9A-Fa-f",
+}
+_POSIX = re.compile(r"\[:(\^?)([a-z]+):\]")
+
+
+def _re2_to_python(pattern: str) -> str:
+    """RE2 syntax (the spec's) for Python's re: POSIX classes inside brackets ([[:alpha:]])
+    spelled out, which Python would read as a nested set and match something else silently.
+    A negated one ([[:^digit:]]) must stand alone in its brackets; it becomes [^0-9]."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if ch != "[":
+            out.append(ch)
+            i += 1
+            continue
+        # A bracket expression: up to its closing ']' (one right after '[' or '[^' is literal).
+        whole = re.match(r"\[\[:\^([a-z]+):\]\]", pattern[i:])
+        if whole:
+            out.append(f"[^{_posix(whole.group(1), pattern)}]")
+            i += whole.end()
+            continue
+        j = i + 1
+        if j < n and pattern[j] == "^":
+            j += 1
+        if j < n and pattern[j] == "]":
+            j += 1
+        body: list[str] = [pattern[i:j]]
+        while j < n and pattern[j] != "]":
+            m = _POSIX.match(pattern, j)
+            if m:
+                if m.group(1):
+                    raise ValueError(
+                        f"RegexFullMatch: a negated POSIX class [:^{m.group(2)}:] is supported only alone in "
+                        f"its brackets ([[:^{m.group(2)}:]]), in pattern {pattern!r}"
+                    )
+                body.append(_posix(m.group(2), pattern))
+                j = m.end()
+            elif pattern[j] == "\\":
+                body.append(pattern[j : j + 2])
+                j += 2
+            else:
+                body.append(pattern[j])
+                j += 1
+        out.append("".join(body))
+        i = j  # the closing ']' (if any) is copied next
+    return "".join(out)
+
+
+def _posix(name: str, pattern: str) -> str:
+    if name not in _POSIX_CLASSES:
+        raise ValueError(f"RegexFullMatch: unknown POSIX class [:{name}:] in pattern {pattern!r}")
+    return _POSIX_CLASSES[name]
+
+
 @functools.lru_cache(maxsize=64)
 def _compile(pattern: str) -> re.Pattern[str]:
+    """The pattern (RE2 syntax, as the spec says) as a Python regex with RE2's meaning: \\w, \\d,
+    \\s and \\b are ASCII in RE2 (Python's match any Unicode letter or digit by default)."""
     try:
-        return re.compile(pattern)
+        return re.compile(_re2_to_python(pattern), re.ASCII)
     except re.error as e:
         raise ValueError(f"RegexFullMatch: invalid pattern {pattern!r}: {e}") from None
 

@@ -102,6 +102,17 @@ def test_regex_full_match(pattern: str) -> None:
     vs_ort("RegexFullMatch", {"x": x}, {"y": BOOL}, opset=20, pattern=pattern)
 
 
+@pytest.mark.parametrize(
+    "pattern",
+    ["[[:alpha:]]+", "[[:digit:]a-z]+", r"\w+", r"\d+\s?", "[[:^digit:]]+", "[^[:space:]]+", "[[:punct:][:upper:]]+"],
+)
+def test_regex_full_match_has_re2_meaning(pattern: str) -> None:
+    """RE2 syntax, as the spec says: POSIX classes in brackets, and ASCII \\w, \\d, \\s.
+    Python's re read [[:alpha:]] as a nested set and its \\w matched 'ü'."""
+    x = _s("abc", "\u00fcn\u00ef", "ab12", "A_9", " \t", "X-Y!", "42 ", "\u0663").reshape(2, 4)
+    vs_ort("RegexFullMatch", {"x": x}, {"y": BOOL}, opset=20, pattern=pattern)
+
+
 def test_regex_bad_pattern_raises() -> None:
     assert "pattern" in run_error("RegexFullMatch", {"x": _s("a")}, {"y": BOOL}, opset=20, pattern="(a")
 
