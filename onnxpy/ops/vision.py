@@ -254,7 +254,10 @@ def _resize(
                 out_shape[a] = s
                 axis_scale[a] = s / in_shape[a] if in_shape[a] else 1.0
         elif keep_aspect_ratio_policy in ("not_larger", "not_smaller"):
-            ratios = [float(np.float32(s) / np.float32(in_shape[a])) for a, s in zip(ax, sizes) if in_shape[a]]
+            # The ratio itself exact (sizes / in_size, in float64): rounded to float32 first, a
+            # ratio of 1/3 put output 1 at source 2.99999994, which floor took to 2. The output
+            # size is still computed in float32, as onnxruntime computes it.
+            ratios = [s / in_shape[a] for a, s in zip(ax, sizes) if in_shape[a]]
             common = (min if keep_aspect_ratio_policy == "not_larger" else max)(ratios) if ratios else 1.0
             for a in ax:
                 out_shape[a] = int(np.floor(np.float32(common) * np.float32(in_shape[a]) + np.float32(0.5)))

@@ -194,6 +194,25 @@ def test_resize_axes_and_keep_aspect_ratio(policy: str, axes: list[int]) -> None
     assert_same(got[0], want[0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
+@pytest.mark.parametrize("sizes", [[2, 3], [7, 4], [4, 5]])
+@pytest.mark.parametrize("nearest_mode", ["floor", "round_prefer_floor", "ceil"])
+def test_resize_keep_aspect_ratio_nearest_picks_exact_sources(policy: str, sizes: list[int], nearest_mode: str) -> None:
+    """The common ratio is sizes / in_size exactly: rounded to float32 first, 1/3 put output 1
+    at source 2.99999994, and floor took pixel 2 instead of 3."""
+    x = np.arange(36, dtype=np.float32).reshape(1, 1, 6, 6)
+    sz = np.array(sizes, dtype=np.int64)
+    attrs = {
+        "axes": [2, 3],
+        "mode": "nearest",
+        "coordinate_transformation_mode": "asymmetric",
+        "nearest_mode": nearest_mode,
+        "keep_aspect_ratio_policy": policy,
+    }
+    got, want = run_both("Resize", {"X": x, "roi": None, "scales": None, "sizes": sz}, 19, **attrs)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
 def test_resize_axes_with_scales_and_roi() -> None:
     x = RNG.standard_normal((2, 4, 6)).astype(np.float32)
     roi = np.array([0.1, 0.9], dtype=np.float32)
