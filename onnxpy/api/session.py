@@ -653,15 +653,37 @@ class InferenceSession:
             results.append(self._to_user(v, feeds, results))
         return results
 
+    def _sequence_to_user(self, value: list[Any], feeds: dict[str, Any], earlier: list[Any]) -> list[Any]:
+        """A sequence's elements as arrays the caller alone holds. Elements are often views
+        of one tensor (SplitToSequence): each view is copied, and the arrays that own their
+        memory are told apart by identity, so a long sequence costs no pairwise checks."""
+        outside = [*_flat(list(feeds.values())), *_flat(earlier)]
+        seen: set[int] = set()
+        inner: list[Any] = []
+        for v in value:
+            if isinstance(v, list) or v is None or isinstance(v, dict):
+                inner.append(self._to_user(v, feeds, [*earlier, *inner]))
+                continue
+            arr = self._provider.to_host(v)
+            if not isinstance(arr, np.ndarray):
+                arr = np.asarray(arr)
+            elif (
+                _owned_copy_needed(arr)
+                or not arr.flags.c_contiguous
+                or id(arr) in seen
+                or _aliased(CPU, arr, outside, [])
+            ):
+                arr = np.array(arr, order="C", copy=True)
+            seen.add(id(arr))
+            inner.append(arr)
+        return inner
+
     def _to_user(self, value: Any, feeds: dict[str, Any], earlier: list[Any]) -> Any:
         """One device value -> a numpy array the caller owns (``earlier``: the results so far)."""
         if value is None:
             return None
         if isinstance(value, list):
-            inner: list[Any] = []
-            for v in value:
-                inner.append(self._to_user(v, feeds, [*earlier, *inner]))
-            return inner
+            return self._sequence_to_user(value, feeds, earlier)
         if isinstance(value, dict):
             return value  # a map (ai.onnx.ml ZipMap, DictVectorizer inputs...)
         arr = self._provider.to_host(value)
@@ -674,6 +696,10 @@ class InferenceSession:
         if not arr.flags.writeable or _aliased(CPU, arr, feeds.values(), earlier):
             return arr.copy()  # a constant, the caller's input, or another result's memory
         return arr
+
+
+def _owned_copy_needed(arr: Any) -> bool:
+    return not (isinstance(arr, np.ndarray) and arr.flags.owndata and arr.flags.writeable)
 
 
 def _aliased(provider: Any, arr: Any, feeds: Any, earlier: list[Any]) -> bool:

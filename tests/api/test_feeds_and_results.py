@@ -191,3 +191,18 @@ def test_an_input_without_element_type_is_refused() -> None:
     m = make_model([helper.make_node("Relu", ["x"], ["z"])], [vinfo("x", TensorProto.UNDEFINED, [2])], [vinfo("z", F)])
     with pytest.raises(onnxpy.InvalidGraph, match=r"graph input 'x' declares no element type"):
         onnxpy.InferenceSession(m)
+
+
+def test_sequence_elements_are_separate_arrays() -> None:
+    # SplitToSequence's elements are views of one tensor inside the kernel
+    m = make_model(
+        [helper.make_node("SplitToSequence", ["x"], ["s"], axis=1, keepdims=0)],
+        [vinfo("x", F, [3, 50])],
+        [helper.make_tensor_sequence_value_info("s", F, None)],
+    )
+    x = np.arange(150, dtype=np.float32).reshape(3, 50)
+    (seq,) = onnxpy.InferenceSession(m).run(None, {"x": x})
+    assert len(seq) == 50 and all(e.flags.c_contiguous for e in seq)
+    assert not any(np.shares_memory(a, x) for a in seq)
+    assert not any(np.shares_memory(seq[i], seq[j]) for i in range(50) for j in range(i + 1, 50))
+    np.testing.assert_array_equal(np.stack(seq, axis=1), x)
