@@ -78,7 +78,8 @@ class OrtDevice:
 
 
 def as_host_array(obj: Any, what: str) -> np.ndarray:
-    """A numpy array for user data; lists and scalars are converted, str arrays become object."""
+    """A numpy array for user data; lists and scalars are converted, str arrays become object,
+    byte-swapped (big-endian) data native, by value."""
     if isinstance(obj, np.ndarray):
         arr = obj
     else:
@@ -88,6 +89,8 @@ def as_host_array(obj: Any, what: str) -> np.ndarray:
             raise InvalidArgument(f"{what}: cannot convert {type(obj).__name__} to a numpy array: {e}") from None
     if arr.dtype.kind in ("U", "S"):
         arr = arr.astype(object)
+    elif not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
 
 
@@ -124,8 +127,6 @@ class OrtValue:
         if numpy_obj is None:
             raise InvalidArgument("ortvalue_from_numpy: got None; expected a numpy array (or data convertible to one)")
         arr = as_host_array(numpy_obj, "ortvalue_from_numpy")
-        if not arr.dtype.isnative:
-            arr = arr.astype(arr.dtype.newbyteorder("="))
         if not _supported(arr.dtype):
             raise InvalidArgument(f"ortvalue_from_numpy: numpy dtype {arr.dtype} has no ONNX element type")
         provider = provider_for_device(device_type, device_id)

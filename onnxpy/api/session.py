@@ -504,7 +504,7 @@ class InferenceSession:
                 )
             if spec.inner_kind == "map_type" or any(isinstance(v, dict) for v in value):
                 return list(value)  # a sequence of maps (ai.onnx.ml) stays Python objects
-            items = [provider.from_host(_host_feed(v, f"input '{name}'")) for v in value]
+            items = [provider.from_host(as_host_array(v, f"input '{name}'")) for v in value]
             want = spec.element_dtype
             for i, item in enumerate(items):
                 if want is not None and item.dtype != want:
@@ -518,7 +518,7 @@ class InferenceSession:
                 raise InvalidArgument(f"input '{name}' is {spec.type_str}: expected a dict, got {type(value).__name__}")
             return value
         elif isinstance(value, np.ndarray) and (value.dtype.kind in ("U", "S") or not value.dtype.isnative):
-            arr = provider.from_host(_host_feed(value, f"input '{name}'"))  # str or byte-swapped data
+            arr = provider.from_host(as_host_array(value, f"input '{name}'"))  # str or byte-swapped data
         elif provider.is_device_array(value):
             arr = value
         elif value is None:
@@ -668,7 +668,7 @@ class InferenceSession:
             if not isinstance(arr, np.ndarray):
                 arr = np.asarray(arr)
             elif (
-                _owned_copy_needed(arr)
+                not (arr.flags.owndata and arr.flags.writeable)  # a view, or a constant
                 or not arr.flags.c_contiguous
                 or id(arr) in seen
                 or _aliased(CPU, arr, outside, [])
@@ -696,10 +696,6 @@ class InferenceSession:
         if not arr.flags.writeable or _aliased(CPU, arr, feeds.values(), earlier):
             return arr.copy()  # a constant, the caller's input, or another result's memory
         return arr
-
-
-def _owned_copy_needed(arr: Any) -> bool:
-    return not (isinstance(arr, np.ndarray) and arr.flags.owndata and arr.flags.writeable)
 
 
 def _aliased(provider: Any, arr: Any, feeds: Any, earlier: list[Any]) -> bool:
@@ -735,21 +731,12 @@ def _check_run_options(run_options: Any) -> None:
         raise InvalidArgument(f"run_options must be a RunOptions (or None), got {type(run_options).__name__}")
 
 
-def _host_feed(value: Any, what: str) -> np.ndarray:
-    """A host array for user data: lists converted, str arrays as object, byte-swapped
-    (big-endian) data in native order, as onnxruntime accepts them."""
-    arr = as_host_array(value, what)
-    if not arr.dtype.isnative:
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    return arr
-
-
 def _python_feed(value: Any, spec: _InputSpec) -> np.ndarray:
     """A feed given as Python data (a list, a scalar) as an array of the input's declared type,
     as onnxruntime converts it: [1, 2] feeds a float input as float32, not int64."""
     want = spec.dtype
     if want is None:
-        return _host_feed(value, f"input '{spec.name}'")
+        return as_host_array(value, f"input '{spec.name}'")
     try:
         if want == np.dtype(object):
             return np.array(value, dtype=str).astype(object)  # strings: numbers become their text
