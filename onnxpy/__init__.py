@@ -26,7 +26,9 @@ from .api.iobinding import IOBinding
 from .api.options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from .api.ortvalue import OrtDevice, OrtValue
 from .api.session import InferenceSession, ModelMetadata, NodeArg
+from .ops.randomness import set_seed
 from .providers import available_provider_names as _available
+from .runtime.logs import set_default_logger_severity, set_default_logger_verbosity
 
 __version__ = "0.1.0"
 version = __version__
@@ -51,6 +53,20 @@ def get_version_string() -> str:
     return __version__
 
 
+def get_build_info() -> str:
+    """What this onnxpy runs on: its version and those of Python, numpy and onnx (onnxpy is
+    not compiled, so these are its build)."""
+    import platform
+
+    import numpy
+    import onnx
+
+    return (
+        f"onnxpy {__version__}: Python {platform.python_version()}, numpy {numpy.__version__}, "
+        f"onnx {onnx.__version__}, {platform.system()} {platform.machine()}"
+    )
+
+
 __all__ = [
     "InferenceSession",
     "SessionOptions",
@@ -67,6 +83,10 @@ __all__ = [
     "get_all_providers",
     "get_device",
     "get_version_string",
+    "get_build_info",
+    "set_seed",
+    "set_default_logger_severity",
+    "set_default_logger_verbosity",
     "__version__",
     "OnnxpyError",
     "Fail",

@@ -6,9 +6,12 @@ What each option does in onnxpy:
 - intra_op_num_threads: caps the BLAS thread pool while this session runs (0: library default).
 - enable_profiling / profile_file_prefix: Chrome-trace profiling, see InferenceSession.end_profiling.
 - optimized_model_filepath: the optimized graph is written there at session creation.
-- log_severity_level: 0 verbose ... 4 fatal; verbose and info log session creation steps.
+- log_severity_level: 0 verbose ... 4 fatal: the least severe of this session's log records
+  (logger "onnxpy") that pass, at creation and in its runs; -1 follows
+  onnxpy.set_default_logger_severity (onnxpy/runtime/logs.py).
 - add_free_dimension_override_by_name: fixes named input dimensions before inference.
 - add_initializer: replaces an initializer of the model by the given OrtValue.
+- add_external_initializers: the data of initializers stored in external files, given in memory.
 - add_session_config_entry: string settings; onnxpy reads the keys listed in CONFIG_KEYS.
 - enable_cpu_mem_arena (default True): freed host memory is kept for the next run, by fixing
   glibc's malloc thresholds once per process (onnxpy.runtime.memory); False leaves malloc as
@@ -22,7 +25,8 @@ Accepted for compatibility, no effect in onnxpy (documented, not silently droppe
 inter_op_num_threads and execution_mode (nodes always run in order on one thread),
 execution_order, enable_mem_pattern and enable_mem_reuse (the planner
 always releases values after their last use), use_deterministic_compute (kernels are
-deterministic), log_verbosity_level, logid.
+deterministic), use_per_session_threads (no global pool to share), log_verbosity_level,
+logid. register_custom_ops_library raises NotImplemented: native kernels cannot run here.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from . import errors
 from .errors import InvalidArgument
 
 
@@ -148,6 +153,7 @@ class SessionOptions:
     enable_mem_pattern = _Checked(_flag)
     enable_mem_reuse = _Checked(_flag)
     use_deterministic_compute = _Checked(_flag)
+    use_per_session_threads = _Checked(_flag)
     profile_file_prefix = _Checked(_text)
     optimized_model_filepath = _Checked(_text)
     logid = _Checked(_text)
@@ -168,10 +174,13 @@ class SessionOptions:
         self.enable_mem_pattern: bool = True
         self.enable_mem_reuse: bool = True
         self.use_deterministic_compute: bool = False
+        #: accepted for compatibility: onnxpy has no global thread pool to share
+        self.use_per_session_threads: bool = True
         self._config: dict[str, str] = {}
         self._free_dim_by_name: dict[str, int] = {}
         self._free_dim_by_denotation: dict[str, int] = {}
         self._initializers: dict[str, Any] = {}
+        self._external_initializers: dict[str, Any] = {}
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         if not isinstance(key, str) or not isinstance(value, str):
@@ -197,6 +206,28 @@ class SessionOptions:
     def add_initializer(self, name: str, val: Any) -> None:
         """Replace the model's initializer ``name`` by an OrtValue (or numpy array) of the same type."""
         self._initializers[str(name)] = val
+
+    def add_external_initializers(self, names: list[str], ort_values: list[Any]) -> None:
+        """Provide in memory the data of initializers the model stores in external files (OrtValues,
+        or numpy arrays, of their type and shape): those files are then not read."""
+        names, values = list(names), list(ort_values)
+        if len(names) != len(values):
+            raise InvalidArgument(
+                f"add_external_initializers: {len(names)} names but {len(values)} values; expecting lists of equal length"
+            )
+        for name in names:
+            if not isinstance(name, str):
+                raise InvalidArgument(f"add_external_initializers: names must be strings, got {name!r}")
+        self._external_initializers.update(zip(names, values))
+
+    def register_custom_ops_library(self, library_path: str) -> None:
+        """Native custom-op libraries (.so/.dll built against onnxruntime's C API) cannot run in
+        onnxpy: it refuses them by name. Custom operators are Python functions registered with
+        ``onnxpy.ops.registry.op`` (see the README)."""
+        raise errors.NotImplemented(
+            f"register_custom_ops_library('{library_path}'): onnxpy cannot load native onnxruntime custom-op "
+            "libraries; register the operator's kernel in Python with onnxpy.ops.registry.op instead"
+        )
 
     def config(self, key: str, default: str | None = None) -> str | None:
         """onnxpy's own accessor: a config entry or ``default``."""

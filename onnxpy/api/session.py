@@ -6,7 +6,11 @@ onnxpy.model, graph building and compiling to onnxpy.runtime, device work to a p
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
+import logging
 import os
+import sys
 import threading
 import time
 import warnings
@@ -23,6 +27,7 @@ from ..model import dtypes
 from ..model.load import load_model
 from ..optimizer.manager import optimize
 from ..providers import CPU, PROVIDER_DEVICES, Provider, available_provider_names, provider_for_session
+from ..runtime import logs
 from ..runtime.compile import apply_free_dimension_overrides, build_graph
 from ..runtime.compiled import CompiledGraph
 from ..runtime.executor import execute
@@ -113,6 +118,23 @@ class _InputSpec:
                 self.fixed = tuple((i, int(d.dim_value)) for i, d in enumerate(dims) if d.HasField("dim_value"))
 
 
+_LOG = logging.getLogger("onnxpy")
+_ASYNC_LOCK = threading.Lock()
+_ASYNC_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _async_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The worker threads of run_async, shared by every session (one per core, as
+    onnxruntime's intra-op pool runs its asynchronous runs)."""
+    global _ASYNC_POOL
+    with _ASYNC_LOCK:
+        if _ASYNC_POOL is None:
+            _ASYNC_POOL = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="onnxpy-run-async"
+            )
+        return _ASYNC_POOL
+
+
 class InferenceSession:
     """Loads a model once and runs it many times: ``run(output_names, input_feed)``."""
 
@@ -124,8 +146,10 @@ class InferenceSession:
         provider_options: Sequence[dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
+        severity = sess_options.log_severity_level if isinstance(sess_options, SessionOptions) else -1
         try:
-            self._create(path_or_bytes, sess_options, providers, provider_options)
+            with logs.scope(severity):
+                self._create(path_or_bytes, sess_options, providers, provider_options)
         except (OnnxpyError, RuntimeWarning):
             raise
         except RecursionError as e:
@@ -166,7 +190,7 @@ class InferenceSession:
         if split_mode != "0":
             why_not = split_runner.supported()
             if why_not is None:
-                self._split = SplitRunner(None, always=split_mode == "always")
+                self._split = SplitRunner(None, always=split_mode == "always", severity=opts.log_severity_level)
                 weakref.finalize(self, self._split.close)
             else:
                 warnings.warn(f"{split_runner.CONFIG_KEY} is ignored: {why_not}", RuntimeWarning, stacklevel=3)
@@ -183,12 +207,23 @@ class InferenceSession:
             self._profiler.session_event(loading, started, loaded)
             self._profiler.session_event("session_initialization", loaded, time.perf_counter())
         self.creation_seconds = time.perf_counter() - started
+        _LOG.info(
+            "session created in %.1f ms (model loaded in %.1f ms)",
+            self.creation_seconds * 1e3,
+            (loaded - started) * 1e3,
+        )
 
     # -- creation helpers ------------------------------------------------------------------------
     def _load_base_graph(self, describe: bool = False) -> tuple[Graph, float]:
         """Load the source and build the unoptimized graph (overrides applied)."""
         opts = self._sess_options
-        model, _folder = load_model(self._source, opts.config("session.model_external_initializers_file_folder_path"))
+        provided = {
+            name: val.numpy() if isinstance(val, OrtValue) else as_host_array(val, f"external initializer '{name}'")
+            for name, val in opts._external_initializers.items()
+        }
+        model, _folder = load_model(
+            self._source, opts.config("session.model_external_initializers_file_folder_path"), provided
+        )
         loaded = time.perf_counter()
         if describe:
             self._meta = ModelMetadata(
@@ -286,9 +321,20 @@ class InferenceSession:
         except ValueError as e:
             raise InvalidArgument(str(e)) from None
         graph = base if base is not None else self._load_base_graph()[0]
-        self._applied_passes = optimize(
-            graph, int(self._sess_options.graph_optimization_level), host_only=provider.name == "CPUExecutionProvider"
+        nodes_before = len(graph.nodes)
+        level = self._sess_options.graph_optimization_level
+        self._applied_passes = optimize(graph, int(level), host_only=provider.name == "CPUExecutionProvider")
+        _LOG.info(
+            "graph '%s': %d nodes, %d after optimization at %s, on %s",
+            graph.name,
+            nodes_before,
+            len(graph.nodes),
+            level.name,
+            provider.name,
         )
+        if self._applied_passes:
+            counts = collections.Counter(self._applied_passes)
+            _LOG.debug("optimizer passes that changed the graph: %s", ", ".join(f"{k} x{v}" for k, v in counts.items()))
         if self._sess_options.optimized_model_filepath:
             from ..ir.export import save_graph
 
@@ -327,7 +373,8 @@ class InferenceSession:
     def set_providers(
         self, providers: Sequence[Any] | None = None, provider_options: Sequence[dict[str, Any]] | None = None
     ) -> None:
-        self._set_providers(providers, provider_options)
+        with logs.scope(self._sess_options.log_severity_level):
+            self._set_providers(providers, provider_options)
 
     def disable_fallback(self) -> None:
         """Accepted for compatibility: onnxpy never silently changes provider during a run."""
@@ -412,6 +459,44 @@ class InferenceSession:
             split.close()
             split.reset(plan)
         return split
+
+    def run_async(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: dict[str, Any],
+        callback: Any,
+        user_data: Any,
+        run_options: RunOptions | None = None,
+    ) -> None:
+        """Run the model on a worker thread, then call ``callback(results, user_data, err)`` there:
+        the results of ``run`` and ``""``, or ``[]`` and the error's message. Returns at once.
+
+        As in onnxruntime, the input arrays are read while the run goes on: do not change them
+        before the callback. A callback that raises is reported through threading.excepthook."""
+        if not callable(callback):
+            raise InvalidArgument(f"run_async: callback must be callable, got {type(callback).__name__}")
+        if not isinstance(input_feed, dict):
+            raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
+        missing = [n for n in self._required if n not in input_feed]
+        if missing:
+            raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(input_feed)}).")
+        if run_options is not None:
+            _check_run_options(run_options)
+        # Copies of the containers (not the arrays): the caller may reuse them meanwhile.
+        names = None if output_names is None else list(output_names)
+        feeds = dict(input_feed)
+
+        def work() -> None:
+            try:
+                results, err = self.run(names, feeds, run_options), ""
+            except Exception as e:  # noqa: BLE001 - handed to the callback, as onnxruntime does
+                results, err = [], str(e) or type(e).__name__
+            try:
+                callback(results, user_data, err)
+            except BaseException:  # noqa: BLE001 - nobody to raise to on a worker thread
+                threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), threading.current_thread())))
+
+        _async_pool().submit(work)
 
     def run_with_ort_values(
         self,

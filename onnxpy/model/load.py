@@ -40,8 +40,13 @@ MAX_NESTING_DEPTH = 512
 MAX_TYPE_DEPTH = 32
 
 
-def load_model(source: Any, external_data_dir: str | os.PathLike | None = None) -> tuple[ModelProto, Path | None]:
-    """Return (model, folder) where folder is where its external data may live (None for bytes)."""
+def load_model(
+    source: Any, external_data_dir: str | os.PathLike | None = None, provided: dict[str, Any] | None = None
+) -> tuple[ModelProto, Path | None]:
+    """Return (model, folder) where folder is where its external data may live (None for bytes).
+
+    ``provided``: host arrays by initializer name (``SessionOptions.add_external_initializers``)
+    that take the place of those main-graph initializers' external data, which is then not read."""
     if isinstance(source, ModelProto):
         check_nesting(source)  # before copying: a copy of an absurdly deep message recurses in C
         model = ModelProto()
@@ -83,8 +88,34 @@ def load_model(source: Any, external_data_dir: str | os.PathLike | None = None) 
     _check_versions(model)
     check_nesting(model)
     check_strings(model)
+    if provided:
+        _provide_external(model, provided)
     resolve_external_data(model, folder)
     return model, folder
+
+
+def _provide_external(model: ModelProto, provided: dict[str, Any]) -> None:
+    """Fill main-graph initializers that store their data externally from ``provided``, as
+    onnxruntime's AddExternalInitializers does: each name must be such an initializer, and each
+    array must have its type and shape."""
+    by_name = {t.name: t for t in model.graph.initializer}
+    for name, arr in provided.items():
+        t = by_name.get(name)
+        if t is None:
+            raise InvalidArgument(
+                f"add_external_initializers: the model has no initializer named '{name}'; it has {sorted(by_name)[:20]}"
+            )
+        if t.data_location != TensorProto.EXTERNAL:
+            raise InvalidArgument(
+                f"add_external_initializers: initializer '{name}' is stored in the model, not in external data "
+                "(SessionOptions.add_initializer replaces it)"
+            )
+        if tuple(t.dims) != arr.shape or t.data_type != dtypes.elem_type(arr.dtype):
+            raise InvalidArgument(
+                f"add_external_initializers '{name}': got {dtypes.dtype_string(arr.dtype)} {list(arr.shape)}, the "
+                f"model's initializer is {dtypes.tensor_type_string(t.data_type)} {list(t.dims)}"
+            )
+        t.CopyFrom(onnx.numpy_helper.from_array(arr, name))
 
 
 def _parse(data: bytes, what: str) -> ModelProto:

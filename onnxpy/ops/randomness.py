@@ -20,6 +20,19 @@ from .registry import op
 
 _LOCK = threading.Lock()
 _GENERATORS: dict[int, np.random.Generator] = {}
+#: the seed of nodes without a ``seed`` attribute, once set_seed was called (else OS entropy)
+_DEFAULT_SEED: int | None = None
+
+
+def set_seed(seed: int) -> None:
+    """Sets the seed used for random number generation: every random node without a ``seed``
+    attribute whose generator is created from now on (at its first run) starts from it, as
+    onnxruntime's nodes start from its global seed. Any int; negative ones wrap to 64 bits."""
+    global _DEFAULT_SEED
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"set_seed: the seed must be an int, got {type(seed).__name__}")
+    _DEFAULT_SEED = int(seed) & 0xFFFFFFFFFFFFFFFF
+
 
 _FLOAT_OUT = frozenset(
     np.dtype(d)
@@ -37,7 +50,7 @@ def _seed_value(seed: float) -> int:
 
 def _generator(ctx: Any, seed: float | None) -> np.random.Generator:
     def fresh() -> np.random.Generator:
-        return np.random.default_rng(None if seed is None else _seed_value(seed))
+        return np.random.default_rng(_DEFAULT_SEED if seed is None else _seed_value(seed))
 
     if ctx is None:
         return fresh()

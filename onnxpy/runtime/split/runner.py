@@ -26,13 +26,12 @@ from typing import Any
 import numpy as np
 
 from ...planner.plan import ExecutionPlan
+from .. import logs
 from ..executor import _run_step, execute
 from ..threads import blas_threads
 from . import helper
 from .bands import Bands
 from .schedule import Schedule, Traced, build_schedule
-
-log = logging.getLogger("onnxpy")
 
 #: the session config key that turns row-split runs on: "1" where they measure faster than
 #: plain runs (per input signature), "always" for every run
@@ -91,9 +90,11 @@ class _Choice:
 
 
 class SplitRunner:
-    def __init__(self, plan: ExecutionPlan | None, always: bool = False) -> None:
-        """``always``: every run after the traced one is split (no calibration)."""
+    def __init__(self, plan: ExecutionPlan | None, always: bool = False, severity: int = -1) -> None:
+        """``always``: every run after the traced one is split (no calibration). ``severity``:
+        the session's log severity, for this runner's messages (runtime/logs.py)."""
         self.always = always
+        self.severity = severity
         self.reset(plan)
         # One split run at a time: a run from a second thread meanwhile goes the plain way.
         self._busy = threading.Lock()
@@ -165,7 +166,9 @@ class SplitRunner:
     def _decide(self, choice: _Choice) -> None:
         split, plain = float(np.median(choice.split_s)), float(np.median(choice.plain_s))
         choice.split = split <= KEEP_BELOW * plain
-        log.info(
+        logs.emit(
+            self.severity,
+            logging.INFO,
             "split runs %.2f ms against %.2f ms plain: %s",
             split * 1e3,
             plain * 1e3,
@@ -219,7 +222,13 @@ class SplitRunner:
         out = execute(self.plan, feeds, observer=Observer())
         schedule = build_schedule(self.plan, values, steps, set(feeds))
         if schedule is not None:
-            log.info("split schedule: %d of %d steps in row halves", schedule.banded, len(self.plan.steps))
+            logs.emit(
+                self.severity,
+                logging.INFO,
+                "split schedule: %d of %d steps in row halves",
+                schedule.banded,
+                len(self.plan.steps),
+            )
         return out, schedule
 
     # -- the helper ----------------------------------------------------------------------------
@@ -264,7 +273,7 @@ class SplitRunner:
         return check
 
     def _give_up(self, why: str) -> None:
-        log.warning("onnxpy: row-split runs are off for this session: %s", why)
+        logs.emit(self.severity, logging.WARNING, "onnxpy: row-split runs are off for this session: %s", why)
         self.disabled = True
         self.close()
 
