@@ -16,7 +16,7 @@ from ..planner.build import build_plan
 from ..planner.plan import ExecutionPlan
 from ..providers.base import Provider
 from .binding import bind_node
-from .executor import execute
+from .executor import current_terminate, execute
 from .placement import place, run_scope, to_provider
 
 
@@ -106,7 +106,9 @@ class Subgraph:
         feeds = dict(zip(self._input_ids, inputs))
         for name, i in zip(self.outer_names, self._outer_ids):
             feeds[i] = outer[name]
-        return execute(self.compiled.plan, feeds)
+        # RunOptions.terminate reaches the body's steps too: a long Loop or Scan stops within
+        # one iteration, not after its last.
+        return execute(self.compiled.plan, feeds, terminate=current_terminate())
 
     def __repr__(self) -> str:
         return f"<Subgraph {self.graph.name!r} inputs={self.input_names} outputs={self.output_names}>"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,16 @@ Observer = Any
 class RunTerminated(Fail, EngineError):
     """RunOptions.terminate seen between steps: onnxruntime's class for it is Fail, whether
     the flag was set before the run or during it."""
+
+
+#: the terminate check of the run in progress on this thread, for the subgraphs its control-flow
+#: steps run (a Loop body polls it between its own steps, as the outer graph does)
+_TERMINATE: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar("onnxpy_terminate", default=None)
+
+
+def current_terminate() -> Callable[[], bool] | None:
+    """The terminate check of the run this thread is executing (None outside one or without)."""
+    return _TERMINATE.get()
 
 
 def execute(
@@ -54,15 +65,20 @@ def execute(
             for i in step.release:
                 values[i] = None
     else:
-        for step in plan.steps:
-            if terminate is not None and terminate():
-                raise RunTerminated(f"Exiting due to terminate flag being set to true (before {step.describe})")
-            token = observer.before(plan, step, values) if observer is not None else None
-            _run_step(step, values)
-            if observer is not None:
-                observer.after(plan, step, token, values)
-            for i in step.release:
-                values[i] = None
+        scope = _TERMINATE.set(terminate) if terminate is not None else None
+        try:
+            for step in plan.steps:
+                if terminate is not None and terminate():
+                    raise RunTerminated(f"Exiting due to terminate flag being set to true (before {step.describe})")
+                token = observer.before(plan, step, values) if observer is not None else None
+                _run_step(step, values)
+                if observer is not None:
+                    observer.after(plan, step, token, values)
+                for i in step.release:
+                    values[i] = None
+        finally:
+            if scope is not None:
+                _TERMINATE.reset(scope)
     ids = plan.fetch_ids if fetch_ids is None else fetch_ids
     return [values[i] for i in ids]
 

@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import logging
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -117,6 +118,7 @@ def _configured() -> bool:
 
 
 _installed = False
+_install_lock = threading.Lock()
 _lowered = False  # whether _install set the logger's level (it had none of its own)
 
 
@@ -125,12 +127,13 @@ def _install() -> None:
     enough for verbose records to be made at all, unless the application set one of its own."""
     global _installed, _lowered
     logger = logging.getLogger(LOGGER_NAME)
-    if not _installed:
-        logger.addFilter(_SeverityFilter())
-        handler = _StderrWithoutConfiguration()
-        handler.setFormatter(logging.Formatter("onnxpy %(levelname)s: %(message)s"))
-        logger.addHandler(handler)
-        _installed = True
-    if logger.level == logging.NOTSET:
-        logger.setLevel(logging.DEBUG)
-        _lowered = True
+    with _install_lock:  # sessions may be created on several threads at once
+        if not _installed:
+            logger.addFilter(_SeverityFilter())
+            handler = _StderrWithoutConfiguration()
+            handler.setFormatter(logging.Formatter("onnxpy %(levelname)s: %(message)s"))
+            logger.addHandler(handler)
+            _installed = True
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.DEBUG)
+            _lowered = True

@@ -319,6 +319,46 @@ def test_run_options_terminate_before_and_during_a_run() -> None:
     assert sess.run(None, {"v0": np.ones(64, np.float32)})[0].shape == (64,)
 
 
+def test_run_options_terminate_reaches_a_loop_body() -> None:
+    # One Loop node running millions of iterations: the flag must stop it inside the body, not
+    # after the last iteration (onnxruntime stops it within an iteration too).
+    f, b, i64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
+    body = helper.make_graph(
+        [helper.make_node("Add", ["x_in", "one"], ["x_out"]), helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "body",
+        [vinfo("i", i64, []), vinfo("c_in", b, []), vinfo("x_in", f, [1])],
+        [vinfo("c_out", b, []), vinfo("x_out", f, [1])],
+        [helper.make_tensor("one", f, [1], [1.0])],
+    )
+    m = make_model(
+        [helper.make_node("Loop", ["n", "c", "x"], ["y"], body=body, name="long_loop")],
+        [vinfo("n", i64, []), vinfo("c", b, []), vinfo("x", f, [1])],
+        [vinfo("y", f, [1])],
+    )
+    sess = onnxpy.InferenceSession(m)
+    feeds = {"n": np.array(50_000_000, np.int64), "c": np.array(True), "x": np.zeros(1, np.float32)}
+    ro = onnxpy.RunOptions()
+    outcome: list[BaseException | list] = []
+    t = threading.Thread(target=lambda: outcome.append(_run_or_error(sess, feeds, ro)))
+    t.start()
+    time.sleep(0.3)
+    ro.terminate = True
+    t.join(timeout=30)
+    assert not t.is_alive(), "the Loop ran on after terminate"
+    assert isinstance(outcome[0], onnxpy.Fail) and "terminate" in str(outcome[0])
+    assert "long_loop" in str(outcome[0])  # the message names the node that was stopped
+    # Without the flag the same session runs the loop to its end.
+    short = dict(feeds, n=np.array(5, np.int64))
+    np.testing.assert_array_equal(sess.run(None, short)[0], [5.0])
+
+
+def _run_or_error(sess: onnxpy.InferenceSession, feeds: dict, ro: onnxpy.RunOptions) -> BaseException | list:
+    try:
+        return sess.run(None, feeds, ro)
+    except BaseException as e:  # noqa: BLE001 - returned for the assertion
+        return e
+
+
 def test_concurrent_runs_from_four_threads_on_one_session() -> None:
     sess = onnxpy.InferenceSession(str(DEMO_MODEL))
     rng = np.random.default_rng(0)
