@@ -456,8 +456,12 @@ class InferenceSession:
         split = self._split
         assert split is not None
         if split.plan is not plan:
-            split.close()
-            split.reset(plan)
+            # A split run of the old plan on another thread (set_providers meanwhile) finishes
+            # first: closing its helper under it would turn split runs off for good.
+            with split._busy:
+                if split.plan is not plan:
+                    split.close()
+                    split.reset(plan)
         return split
 
     def run_async(
@@ -496,7 +500,10 @@ class InferenceSession:
             except BaseException:  # noqa: BLE001 - nobody to raise to on a worker thread
                 threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), threading.current_thread())))
 
-        _async_pool().submit(work)
+        try:
+            _async_pool().submit(work)
+        except RuntimeError as e:  # the interpreter is shutting down: no thread can start
+            raise Fail(f"run_async: cannot start a run now ({e})") from e
 
     def run_with_ort_values(
         self,

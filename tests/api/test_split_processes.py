@@ -388,6 +388,31 @@ def test_runs_from_several_threads_at_once() -> None:
     assert split._split is not None and not split._split.disabled
 
 
+def test_no_helper_is_forked_while_another_thread_runs() -> None:
+    """A fork while another thread is inside OpenBLAS deadlocks the process (OpenBLAS's fork
+    handler waits for its server thread while the forking thread holds the GIL), so the
+    helper waits until the session's thread is the only one; runs meanwhile are plain."""
+    import threading
+
+    split, plain = _sessions(_cnn())
+    x = np.random.default_rng(29).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = plain.run(None, {"x": x})
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, args=(30,))
+    other.start()
+    try:
+        for _ in range(3):
+            _assert_same(split.run(None, {"x": x}), want)
+        runner = split._split
+        assert runner is not None and not runner.disabled and runner._pid == 0
+    finally:
+        stop.set()
+        other.join(30)
+    for _ in range(2):
+        _assert_same(split.run(None, {"x": x}), want)
+    assert runner._pid > 0  # alone again: the helper runs
+
+
 def test_the_helper_exits_when_the_sessions_process_is_killed(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import subprocess
     import sys

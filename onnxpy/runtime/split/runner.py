@@ -112,6 +112,7 @@ class SplitRunner:
         self._arena: mmap.mmap | None = None
         self._control: memoryview | None = None
         self._sent: set[int] = set()
+        self._told_threads = False
 
     def run(self, feeds: dict[int, np.ndarray]) -> list[Any] | None:
         """The fetched values of a run, or None when this run is left to the plain executor."""
@@ -178,6 +179,19 @@ class SplitRunner:
             self.close()  # no signature left to split: the helper and arena go
 
     def _split(self, schedule: Schedule, feeds: dict[int, np.ndarray]) -> list[Any] | None:
+        if self._needs_fork(schedule) and threading.active_count() > 1:
+            # Forking while another thread may be inside OpenBLAS deadlocks: OpenBLAS's fork
+            # handler waits for its server thread, the forking thread holds the GIL (seen with
+            # three threads running sessions beside a split one). Plain runs until this thread
+            # is the process's only one; the split is tried again at each run.
+            if not self._told_threads:
+                self._told_threads = True
+                logs.emit(
+                    self.severity,
+                    logging.INFO,
+                    "row-split runs wait: the helper process is forked only while no other thread runs",
+                )
+            return None
         try:
             self._ready(schedule)
         except Exception as e:  # noqa: BLE001 - no helper, no split: the run goes the plain way
@@ -232,6 +246,11 @@ class SplitRunner:
         return out, schedule
 
     # -- the helper ----------------------------------------------------------------------------
+
+    def _needs_fork(self, schedule: Schedule) -> bool:
+        """Whether ``_ready`` would fork a helper for ``schedule``."""
+        need = helper.CONTROL_BYTES + schedule.size
+        return not self._pid or self._owner != os.getpid() or self._arena is None or len(self._arena) < need
 
     def _ready(self, schedule: Schedule) -> None:
         """A live helper over an arena large enough for ``schedule``, which knows it."""
