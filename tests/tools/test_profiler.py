@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -162,3 +163,24 @@ def test_model_given_as_bytes_records_array_loading(tmp_path: Path) -> None:
     sess = onnxpy.InferenceSession(DEMO_MODEL.read_bytes(), so)
     events = load_trace(sess.end_profiling())
     assert [e["name"] for e in events][:2] == ["model_loading_array", "session_initialization"]
+
+
+def test_events_stop_at_the_cap_with_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A session profiled for a long time keeps at most max_events events (onnxruntime's
+    profiler stops at its own maximum too), and says so once."""
+    so = onnxpy.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof")
+    sess = onnxpy.InferenceSession(str(DEMO_MODEL), so)
+    profiler = sess._profiler
+    assert profiler is not None and profiler.max_events == 1_000_000
+    profiler.max_events = 25  # the two session events and a run and a half of nodes
+    with caplog.at_level(logging.WARNING, logger="onnxpy"):
+        for _ in range(4):
+            sess.run(None, {"input": X})
+    warned = [r for r in caplog.records if "maximum of 25 events" in r.getMessage()]
+    assert len(warned) == 1
+    assert profiler.dropped > 0
+    events = load_trace(sess.end_profiling())
+    assert len(events) == 25
+    assert events[0]["name"].startswith("model_loading")
