@@ -35,6 +35,7 @@ from ..runtime.facts import SessionFacts
 from ..runtime.memory import keep_freed_memory, release_free_memory
 from ..runtime.split import runner as split_runner
 from ..runtime.split.runner import SplitRunner
+from ..runtime.threads import pool_task
 from .errors import Fail, InvalidArgument, InvalidGraph, NoSuchFile, OnnxpyError
 from .options import RunOptions, SessionOptions
 from .ortvalue import OrtValue, as_host_array
@@ -491,14 +492,15 @@ class InferenceSession:
         feeds = dict(input_feed)
 
         def work() -> None:
-            try:
-                results, err = self.run(names, feeds, run_options), ""
-            except Exception as e:  # noqa: BLE001 - handed to the callback, as onnxruntime does
-                results, err = [], str(e) or type(e).__name__
-            try:
-                callback(results, user_data, err)
-            except BaseException:  # noqa: BLE001 - nobody to raise to on a worker thread
-                threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), threading.current_thread())))
+            with pool_task():  # between tasks this thread is parked (runtime/threads.py)
+                try:
+                    results, err = self.run(names, feeds, run_options), ""
+                except Exception as e:  # noqa: BLE001 - handed to the callback, as onnxruntime does
+                    results, err = [], str(e) or type(e).__name__
+                try:
+                    callback(results, user_data, err)
+                except BaseException:  # noqa: BLE001 - nobody to raise to on a worker thread
+                    threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), threading.current_thread())))
 
         try:
             _async_pool().submit(work)

@@ -76,3 +76,39 @@ def blas_threads(n: int) -> Iterator[None]:
         with _lock:
             _caps.remove(int(n))
             f[0](min(_caps) if _caps else _uncapped)
+
+
+# -- threads parked by onnxpy itself ----------------------------------------------------------
+# Worker threads onnxpy keeps alive between tasks (run_async's pool) that wait for work, not
+# inside numpy or OpenBLAS: they do not count as running when a fork must know whether it is
+# safe (runtime/split). Each is recorded when it starts a task and while it runs one.
+_workers_lock = threading.Lock()
+_workers: set[int] = set()  # idents of onnxpy's pool threads seen so far
+_working: dict[int, int] = {}  # ident -> tasks in progress on it
+
+
+@contextlib.contextmanager
+def pool_task() -> Iterator[None]:
+    """Marks the current (pool) thread as working for the duration of one task."""
+    me = threading.get_ident()
+    with _workers_lock:
+        _workers.add(me)
+        _working[me] = _working.get(me, 0) + 1
+    try:
+        yield
+    finally:
+        with _workers_lock:
+            _working[me] -= 1
+            if not _working[me]:
+                del _working[me]
+
+
+def other_threads_running() -> int:
+    """How many threads of this process besides the caller may be running Python or native
+    code now: every live thread except the caller and onnxpy's parked pool threads."""
+    alive = {t.ident for t in threading.enumerate()}
+    me = threading.get_ident()
+    with _workers_lock:
+        _workers.intersection_update(alive)  # pool threads that ended
+        parked = {w for w in _workers if w not in _working and w != me}
+    return len(alive - {me} - parked)

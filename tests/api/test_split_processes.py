@@ -413,6 +413,25 @@ def test_no_helper_is_forked_while_another_thread_runs() -> None:
     assert runner._pid > 0  # alone again: the helper runs
 
 
+def test_run_asyncs_idle_workers_do_not_hold_the_helper_back() -> None:
+    """run_async's pool threads stay alive between calls, waiting for work: they are not
+    running numpy, so the helper is forked beside them."""
+    import threading
+
+    split, plain = _sessions(_cnn())
+    x = np.random.default_rng(31).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = plain.run(None, {"x": x})
+    done = threading.Event()
+    got: list = []
+    plain.run_async(None, {"x": x}, lambda r, u, e: (got.append((r, e)), done.set()), None)
+    assert done.wait(30) and got[0][1] == ""
+    time.sleep(0.05)  # the worker is back waiting for its next task
+    assert threading.active_count() > 1  # the pool's thread lives on
+    for _ in range(3):
+        _assert_same(split.run(None, {"x": x}), want)
+    assert split._split is not None and split._split._pid > 0
+
+
 def test_the_helper_exits_when_the_sessions_process_is_killed(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import subprocess
     import sys

@@ -28,7 +28,7 @@ import numpy as np
 from ...planner.plan import ExecutionPlan
 from .. import logs
 from ..executor import _run_step, execute
-from ..threads import blas_threads
+from ..threads import blas_threads, other_threads_running
 from . import helper
 from .bands import Bands
 from .schedule import Schedule, Traced, build_schedule
@@ -179,11 +179,12 @@ class SplitRunner:
             self.close()  # no signature left to split: the helper and arena go
 
     def _split(self, schedule: Schedule, feeds: dict[int, np.ndarray]) -> list[Any] | None:
-        if self._needs_fork(schedule) and threading.active_count() > 1:
+        if self._needs_fork(schedule) and other_threads_running():
             # Forking while another thread may be inside OpenBLAS deadlocks: OpenBLAS's fork
             # handler waits for its server thread, the forking thread holds the GIL (seen with
             # three threads running sessions beside a split one). Plain runs until this thread
-            # is the process's only one; the split is tried again at each run.
+            # is the process's only running one (run_async's parked workers aside); the split
+            # is tried again at each run.
             if not self._told_threads:
                 self._told_threads = True
                 logs.emit(
