@@ -26,7 +26,7 @@ inter_op_num_threads and execution_mode (nodes always run in order on one thread
 execution_order, enable_mem_pattern and enable_mem_reuse (the planner
 always releases values after their last use), use_deterministic_compute (kernels are
 deterministic), use_per_session_threads (no global pool to share), log_verbosity_level,
-logid. register_custom_ops_library raises NotImplemented: native kernels cannot run here.
+logid, and RunOptions.log_severity_level (a run's few messages follow its session's level). register_custom_ops_library raises NotImplemented: native kernels cannot run here.
 """
 
 from __future__ import annotations
