@@ -98,18 +98,20 @@ def conv_nd(
     bias = None if b is None else b.astype(cdt, copy=False)
     begin, _, out, k, strides, dilations, group = geo[:7]
     m = w.shape[0]
-    if into is not None and (into.shape != (x.shape[0], m, *out) or into.dtype != cdt):
-        raise ValueError(
-            f"Conv output buffer of shape {list(into.shape)} and {into.dtype} does not match the result "
-            f"({[x.shape[0], m, *out]}, {cdt})"
-        )
     if accumulate:
+        # Checked before the buffer's shape: an addend that broadcasts (a per-image or per-
+        # channel term, smaller than the result) is added by the caller instead.
         fits = into is not None and into.shape == (x.shape[0], m, *out) and into.dtype == cdt
         if shuffle_groups or not fits or not _accumulate(xp, x, w, bias, geo, into):
             return None  # the caller adds the plain result instead
         if epilogue is not None:
             epilogue(into)
         return into
+    if into is not None and (into.shape != (x.shape[0], m, *out) or into.dtype != cdt):
+        raise ValueError(
+            f"Conv output buffer of shape {list(into.shape)} and {into.dtype} does not match the result "
+            f"({[x.shape[0], m, *out]}, {cdt})"
+        )
     if shuffle_groups:
         if shuffle_groups < 0 or m % shuffle_groups:
             raise ValueError(f"shuffle_groups {shuffle_groups} must divide the output channels ({m})")

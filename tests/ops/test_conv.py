@@ -620,3 +620,50 @@ def test_one_session_follows_changing_input_shapes() -> None:
     for _ in range(2):
         with pytest.raises(onnxpy.OnnxpyError, match="larger than the padded input"):
             ours.run(None, {"X": rng.standard_normal((1, 3, 9, 1)).astype(np.float32)})
+
+
+# A convolution plus a smaller term computed in the graph, which broadcasts up to its output
+# (a diffusion UNet's timestep embedding, FiLM conditioning): the optimizer fuses the Add into
+# FusedConv as its residual, and the executor may hand over the term's buffer as the output,
+# which is too small to hold it. (Exported by PyTorch, this failed at the default level.)
+ADDEND_CASES = {
+    # name: (node making the term from input E, E's shape)
+    "per_image_channel": (helper.make_node("ReduceMean", ["E"], ["T"], axes=[2, 3], keepdims=1), (2, 16, 5, 5)),
+    "per_position": (helper.make_node("ReduceMean", ["E"], ["T"], axes=[1], keepdims=1), (2, 7, 8, 8)),
+    "scalar": (helper.make_node("ReduceMean", ["E"], ["T"], keepdims=0), (3, 4)),
+}
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("kernel", [1, 3])
+@pytest.mark.parametrize("case", sorted(ADDEND_CASES))
+def test_conv_plus_a_computed_term_that_broadcasts(case: str, kernel: int, relu: bool) -> None:
+    make_term, e_shape = ADDEND_CASES[case]
+    rng = np.random.default_rng(zlib.crc32(case.encode()) + kernel)
+    w = rng.standard_normal((16, 8, kernel, kernel)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["X", "W", "B"], ["C"], pads=[kernel // 2] * 4),
+        make_term,
+        helper.make_node("Add", ["C", "T"], ["S"]),
+    ]
+    nodes.append(helper.make_node("Relu", ["S"], ["Y"]) if relu else helper.make_node("Identity", ["S"], ["Y"]))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 8, 8, 8]),
+         helper.make_tensor_value_info("E", TensorProto.FLOAT, list(e_shape))],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(w, "W"), onnx.numpy_helper.from_array(b, "B")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    feeds = {
+        "X": rng.standard_normal((2, 8, 8, 8)).astype(np.float32),
+        "E": rng.standard_normal(e_shape).astype(np.float32),
+    }
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = onnxpy.InferenceSession(data).run(None, feeds)[0]
+    assert got.shape == want.shape == (2, 16, 8, 8)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
