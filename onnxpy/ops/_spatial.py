@@ -54,11 +54,18 @@ def geometry(
     out = []
     for n, b, e, k, s in zip(in_sizes, begin, end, eff, strides):
         span = n + b + e - k
-        if span < 0:
+        if span < 0 and not ceil_mode:
             raise ValueError(f"the kernel (extent {k}) is larger than the padded input ({n + b + e})")
         if ceil_mode:
+            # A kernel wider than the padded input still has its first window when that window
+            # starts inside (ceil((2 - 3) / 2) + 1 = 1 on a 2-wide map), as onnxruntime and
+            # PyTorch give: a partial window, like ceil mode's last one.
             o = math.ceil(span / s) + 1
-            if (o - 1) * s >= n + b:  # the last window must start inside the input or left pad
+            if o < 0:  # onnxruntime refuses these too ("Calculated output dimension is negative")
+                raise ValueError(
+                    f"the kernel (extent {k}) is larger than the padded input ({n + b + e}) by more than a stride"
+                )
+            if o and (o - 1) * s >= n + b:  # the last window must start inside the input or left pad
                 o -= 1
         else:
             o = span // s + 1

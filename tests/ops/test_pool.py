@@ -76,6 +76,12 @@ POOL_CASES = [
     ("valid_ceil", (1, 2, 7, 5), dict(kernel_shape=[2, 2], strides=[2, 3], auto_pad="VALID", ceil_mode=1)),
     ("1d", (2, 3, 11), dict(kernel_shape=[3], strides=[2], pads=[1, 2], ceil_mode=1)),
     ("3d", (1, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[0, 1, 1, 1, 0, 0])),
+    # Kernels wider than the map: ceil mode still has the first (partial) window, as in a
+    # SqueezeNet's ceil-mode pools on a small input (onnxruntime and PyTorch give 1x1)
+    ("ceil_wider_kernel", (1, 2, 2, 2), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("ceil_wider_kernel_1d", (2, 3, 2), dict(kernel_shape=[3], strides=[2], ceil_mode=1)),
+    ("ceil_wider_dilated", (1, 2, 2, 3), dict(kernel_shape=[3, 3], strides=[2, 2], dilations=[2, 2], ceil_mode=1)),
+    ("ceil_no_window", (1, 2, 1, 1), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
 ]
 
 
@@ -113,6 +119,18 @@ def test_max_pool_dtypes(dtype: Any) -> None:
     attrs = dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 0], ceil_mode=1)
     got, want = _both("MaxPool", {"X": x}, opset=12, **attrs)
     _same(got, want)
+
+
+def test_a_kernel_too_wide_for_any_window_is_refused_as_onnxruntime_does() -> None:
+    # ceil((1 - 5) / 2) + 1 < 0: no window can start inside the map (onnxruntime: "Calculated
+    # output dimension is negative"); in floor mode any kernel wider than the map is refused.
+    x = np.ones((1, 1, 1, 2), np.float32)
+    for attrs in (
+        dict(kernel_shape=[3, 3], strides=[2, 2], dilations=[2, 2], ceil_mode=1),
+        dict(kernel_shape=[3, 3], strides=[2, 2]),
+    ):
+        with pytest.raises(onnxpy.RuntimeException, match="larger than the padded input"):
+            _ours("MaxPool", {"X": x}, **attrs)
 
 
 def test_max_pool_indices_ignore_padding_at_type_minimum() -> None:
