@@ -63,6 +63,9 @@ def _is_conv(node: Node) -> bool:
         node.domain == FUSED_DOMAIN
         and node.op_type == "FusedConv"
         and not node.attrs.get("activation")
+        # A shuffled output (fold_shuffle) holds channel a * M/g + j at j * g + a: a per-channel
+        # constant after it belongs to another row of W than its position says.
+        and not node.attrs.get("shuffle_groups")
         and len(node.inputs) < 4
     )
 
