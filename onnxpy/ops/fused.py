@@ -67,7 +67,7 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
 
 
 # Activations apply_activation computes in place on any array (and so on any block of one).
-IN_PLACE_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Clip", "Tanh", "HardSigmoid", "HardSwish"})
+IN_PLACE_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish"})
 
 
 @op("FusedConv", 1, domain=DOMAIN, may_inplace={3: 0}, out_checked=True)
