@@ -124,6 +124,8 @@ def _match_layernorm(graph: Graph, uses: Uses, mean: Node) -> tuple[str, float, 
     sqrt = uses.only_reader(add.outputs[0])
     if sqrt is None or sqrt.domain or sqrt.op_type != "Sqrt" or div.inputs[1] != sqrt.outputs[0]:
         return None
+    if uses.only_reader(sqrt.outputs[0]) is not div:
+        return None  # the standard deviation is read elsewhere too (or is an output): it must stay
     return x, eps, div.outputs[0], [mean, sub, pow_, var, add, sqrt, div]
 
 
