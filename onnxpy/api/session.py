@@ -665,11 +665,13 @@ class InferenceSession:
         for n in names:
             if not isinstance(n, str):
                 raise InvalidArgument(f"output names must be strings, got {n!r}")
-        available = compiled.graph.defined_names()
-        if all(n in available for n in names):
+        if all(n in self._output_names or n in self._required for n in names):
             target = compiled
         else:
-            # Intermediate values may have been fused away: serve them from the unoptimized graph.
+            # Intermediate values come from the unoptimized graph: the optimizer may have fused a
+            # value away, or kept its name while changing what it holds (a bias moved into the
+            # next convolution, a ReLU turned into a per-channel floor, a pool swapped with the
+            # 1x1 convolution after it), which only the graph's outputs are promised to survive.
             target = self._unoptimized()
             known = target.graph.defined_names()
             unknown = [n for n in names if n not in known]
