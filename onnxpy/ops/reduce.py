@@ -225,6 +225,9 @@ def _arg(xp: Any, fn: Any, data: Any, axis: int, keepdims: int, select_last_inde
         raise ValueError("input must have rank >= 1")
     a = normalize_axis(axis, data.ndim)
     if data.shape[a] == 0:
+        out = [1 if k == a else d for k, d in enumerate(data.shape) if keepdims or k != a]
+        if 0 in out:  # nothing to index (another axis is empty too): the empty result, as onnxruntime
+            return xp.zeros(out, dtype=np.int64)
         raise ValueError(f"cannot take the index of an extreme over the empty axis {axis} of shape {list(data.shape)}")
     if data.dtype.kind == "b":
         data = data.view(np.uint8)

@@ -206,6 +206,8 @@ def split(xp: Any, input: Any, split: Any = None, *, axis: int = 0, num_outputs:
 
 
 def _slice(x: Any, starts: list[int], ends: list[int], axes: list[int] | None, steps: list[int] | None) -> Any:
+    if x.ndim == 0:  # the spec's starts/ends index axes: a scalar has none (onnxruntime refuses it too)
+        raise ValueError("Slice: the input is a scalar (rank 0), which has no axis to slice")
     if axes is None:
         axes = list(range(len(starts)))
     axes = normalize_axes(axes, x.ndim)
@@ -534,7 +536,22 @@ def _pad(xp: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int
     for i, a in enumerate(axes):
         begin[a] = pads[i]
         end[a] = pads[i + len(axes)]
-    # Negative pads crop first.
+    out_shape = [d + b + e for d, b, e in zip(x.shape, begin, end)]
+    for k, o in enumerate(out_shape):
+        if o < 0:
+            raise ValueError(
+                f"Pad: pads ({begin[k]}, {end[k]}) on axis {k} of size {x.shape[k]} give it the negative size {o}"
+            )
+    if 0 in out_shape:
+        check_alloc(out_shape, x.dtype, ctx, "Pad")
+        return xp.empty(out_shape, dtype=x.dtype)  # no values to compute (in any mode)
+    if any(max(-b, 0) + max(-e, 0) > d for d, b, e in zip(x.shape, begin, end)):
+        # A crop reaching past the data into the other side's padding: pad, then crop.
+        width = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+        padded = _pad(xp, x, [w for w, _ in width] + [w for _, w in width], mode, value, None, ctx)
+        crop = tuple(slice(max(-b, 0), n - max(-e, 0)) for n, b, e in zip(padded.shape, begin, end))
+        return padded[crop].copy()
+    # Negative pads crop first (the crop stays inside the data).
     crop = tuple(slice(max(-b, 0), x.shape[k] - max(-e, 0)) for k, (b, e) in enumerate(zip(begin, end)))
     x = x[crop]
     width = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]

@@ -374,3 +374,38 @@ def test_means_are_sums_divided_by_the_count(op: str) -> None:
         model = node_model(op, {"x": x}, 1, 17, axes=[1])
     got = run_ours(model, {"x": x})[0]
     np.testing.assert_array_equal(got.ravel(), want)
+
+
+@pytest.mark.parametrize(
+    "op,shape,axis,keepdims", [("ArgMax", (0, 0), 1, 1), ("ArgMin", (0, 3, 0), 0, 0), ("ArgMax", (2, 0, 0), 1, 0)]
+)
+def test_arg_extremes_over_an_empty_axis_with_an_empty_result(
+    op: str, shape: tuple[int, ...], axis: int, keepdims: int
+) -> None:
+    # Nothing to index: onnxruntime returns the empty result (a non-empty one stays an error).
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], axis=axis, keepdims=keepdims)],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.INT64, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    feeds = {"x": np.zeros(shape, np.float32)}
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = onnxpy.InferenceSession(data).run(None, feeds)[0]
+    assert got.shape == want.shape and got.dtype == want.dtype == np.int64
+
+
+def test_arg_extreme_over_an_empty_axis_with_a_nonempty_result_is_refused() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("ArgMax", ["x"], ["y"], axis=1)],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 0])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.INT64, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with pytest.raises(onnxpy.RuntimeException, match="empty axis"):
+        onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": np.zeros((3, 0), np.float32)})

@@ -10,6 +10,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -593,3 +594,55 @@ def test_cast_nan_to_int_is_quiet() -> None:
         warnings.simplefilter("error")
         got = onnxpy_only("Cast", {"x": np.array([np.nan, 1e20, 2.0], np.float32)}, {"y": I32}, to=I32)[0]
     assert got.dtype == np.int32 and got[2] == 2
+
+
+# Pads and axis sizes where negative pads meet empty axes or reach past the data (found by a
+# dtype/shape fuzzer against onnxruntime).
+PAD_EDGE_CASES = [
+    ((0,), [2, -1], "constant"),  # the crop reaches into the other side's padding: (1,)
+    ((4, 0), [0, 2, -1, -1], "constant"),  # (3, 1)
+    ((3, 0), [-1, 1, 0, -1], "constant"),  # an empty result: (2, 0)
+    ((3, 0), [-1, 1, 0, -1], "edge"),  # empty in any mode, though edge cannot extend an empty axis
+    ((3, 0), [-1, 1, 0, -1], "reflect"),
+    ((2, 3), [0, -3, 0, 0], "constant"),  # (2, 0)
+    ((2, 3), [1, 2, -1, -2], "edge"),  # crops within the data: unchanged path
+]
+
+
+@pytest.mark.parametrize("shape,pads,mode", PAD_EDGE_CASES)
+def test_pad_with_negative_pads_on_small_and_empty_axes(shape: tuple[int, ...], pads: list[int], mode: str) -> None:
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) + 1
+    feeds = {"x": x, "pads": np.array(pads, np.int64)}
+    model = make_model(
+        [helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)],
+        [vinfo("x", TensorProto.FLOAT, list(shape)), vinfo("pads", TensorProto.INT64, [len(pads)])],
+        [vinfo("y", TensorProto.FLOAT, None)],
+        opset=18,
+    ).SerializeToString()
+    want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = onnxpy.InferenceSession(model).run(None, feeds)[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape,pads", [((1, 2), [-1, 0, -1, 0]), ((2, 3), [0, -3, 0, -1])])
+def test_pad_to_a_negative_size_is_refused(shape: tuple[int, ...], pads: list[int]) -> None:
+    feeds = {"x": np.ones(shape, np.float32), "pads": np.array(pads, np.int64)}
+    model = make_model(
+        [helper.make_node("Pad", ["x", "pads"], ["y"])],
+        [vinfo("x", TensorProto.FLOAT, list(shape)), vinfo("pads", TensorProto.INT64, [len(pads)])],
+        [vinfo("y", TensorProto.FLOAT, None)],
+        opset=18,
+    ).SerializeToString()
+    with pytest.raises(onnxpy.RuntimeException, match="negative size -1"):
+        onnxpy.InferenceSession(model).run(None, feeds)
+
+
+def test_slice_of_a_scalar_is_refused() -> None:
+    model = make_model(
+        [helper.make_node("Slice", ["x", "e", "e"], ["y"])],
+        [vinfo("x", TensorProto.FLOAT, []), vinfo("e", TensorProto.INT64, [0])],
+        [vinfo("y", TensorProto.FLOAT, None)],
+    ).SerializeToString()
+    with pytest.raises(onnxpy.RuntimeException, match="scalar"):
+        onnxpy.InferenceSession(model).run(None, {"x": np.array(1.0, np.float32), "e": np.zeros(0, np.int64)})
