@@ -456,13 +456,7 @@ class InferenceSession:
         """The row-split runner of ``plan`` (a new plan, after set_providers, starts afresh)."""
         split = self._split
         assert split is not None
-        if split.plan is not plan:
-            # A split run of the old plan on another thread (set_providers meanwhile) finishes
-            # first: closing its helper under it would turn split runs off for good.
-            with split._busy:
-                if split.plan is not plan:
-                    split.close()
-                    split.reset(plan)
+        split.serve(plan)
         return split
 
     def run_async(

@@ -99,6 +99,17 @@ class SplitRunner:
         # One split run at a time: a run from a second thread meanwhile goes the plain way.
         self._busy = threading.Lock()
 
+    def serve(self, plan: ExecutionPlan) -> None:
+        """Serve ``plan`` from now on, if it is not the one served already: a split run of the old
+        plan on another thread (set_providers meanwhile) finishes first, since closing its
+        helper under it would turn split runs off for good."""
+        if self.plan is plan:
+            return
+        with self._busy:
+            if self.plan is not plan:
+                self.close()
+                self.reset(plan)
+
     def reset(self, plan: ExecutionPlan | None) -> None:
         """Serve ``plan`` from now on (no helper yet: it is forked at the first split run)."""
         self.plan = plan
