@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import onnx
 
 from ..model import dtypes
 from ..providers import CPU, Provider, provider_for_device
@@ -214,6 +215,9 @@ class OrtValue:
         return [int(d) for d in self._tensor("shape").shape]
 
     def element_type(self) -> int:
+        v = self._value
+        if isinstance(v, list):  # a sequence: its tensors' type, as onnxruntime reports it
+            return dtypes.elem_type(v[0].dtype) if v else onnx.TensorProto.FLOAT
         return dtypes.elem_type(self._tensor("element_type").dtype)
 
     def data_type(self) -> str:

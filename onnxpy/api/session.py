@@ -67,8 +67,10 @@ class ModelMetadata:
 def _node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
     shape: list[Any] = []
     tp = vi.type
-    if tp.HasField("tensor_type") and tp.tensor_type.HasField("shape"):
-        for d in tp.tensor_type.shape.dim:
+    # An optional tensor reports the shape of the tensor it holds, as in onnxruntime.
+    inner = tp.optional_type.elem_type if tp.HasField("optional_type") else tp
+    if inner.HasField("tensor_type") and inner.tensor_type.HasField("shape"):
+        for d in inner.tensor_type.shape.dim:
             if d.HasField("dim_value"):
                 shape.append(int(d.dim_value))
             elif d.HasField("dim_param"):
@@ -81,7 +83,7 @@ def _node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
 class _InputSpec:
     """What a feed must look like, precomputed so validation per run is a few comparisons."""
 
-    __slots__ = ("name", "dtype", "type_str", "rank", "fixed", "kind", "inner_kind", "element_dtype")
+    __slots__ = ("name", "dtype", "type_str", "rank", "fixed", "kind", "inner_kind", "element_dtype", "holds_sequence")
 
     def __init__(self, arg: NodeArg, tp: onnx.TypeProto) -> None:
         self.name = arg.name
@@ -105,6 +107,7 @@ class _InputSpec:
                     self.element_dtype = dtypes.np_dtype(inner.tensor_type.elem_type)
                 except ValueError:
                     self.element_dtype = None
+        self.holds_sequence = seq.WhichOneof("value") == "sequence_type"
         self.dtype: np.dtype | None = None
         self.rank: int | None = None
         self.fixed: tuple[tuple[int, int], ...] = ()
@@ -275,7 +278,10 @@ class InferenceSession:
             self._outputs.append(_node_arg(vi))
         types = {vi.name: vi.type for vi in model.graph.input}
         self._input_specs = {a.name: _InputSpec(a, types[a.name]) for a in self._inputs + self._overridable}
-        self._required = [a.name for a in self._inputs]
+        # An optional-typed input may be left out: it runs as an empty optional (onnxruntime too).
+        self._optional_inputs = [a.name for a in self._inputs if self._input_specs[a.name].kind == "optional_type"]
+        self._required = [a.name for a in self._inputs if a.name not in self._optional_inputs]
+        self._input_names = frozenset(a.name for a in self._inputs)
         self._output_names = [a.name for a in self._outputs]
         self._output_tuple = tuple(self._output_names)
         # Tensor outputs' declared element types, checked after each run (see _check_declared).
@@ -430,6 +436,8 @@ class InferenceSession:
         for name in self._required:
             if name not in input_feed:
                 return None
+        if self._optional_inputs:
+            return None  # the general path fills the optional inputs left out
         plan = compiled.plan
         feed_ids = plan.feed_ids
         try:
@@ -579,28 +587,33 @@ class InferenceSession:
                 provider.device_type,
                 provider.device_id,
             )
-            if not same_device and value.is_tensor():
+            if value.is_tensor_sequence():
+                if not spec.holds_sequence:
+                    raise InvalidArgument(
+                        f"input '{name}' is {spec.type_str}: got an OrtValue holding a sequence ({value.data_type()})"
+                    )
+                items = list(value._value)
+                if not same_device:
+                    items = [provider.from_host(src.to_host(x)) for x in items]
+                return self._check_sequence(spec, items)
+            if spec.holds_sequence or spec.kind == "map_type":
+                raise InvalidArgument(
+                    f"input '{name}' is {spec.type_str}: got an OrtValue holding a tensor ({value.data_type()})"
+                )
+            if not same_device:
                 arr = provider.from_host(value._provider.to_host(value._value))
             else:
                 arr = value._value
         elif spec.kind == "optional_type" and value is None:
             return None
-        elif spec.kind == "sequence_type" or (spec.kind == "optional_type" and spec.inner_kind == "sequence_type"):
+        elif spec.holds_sequence:
             if not isinstance(value, (list, tuple)):
                 raise InvalidArgument(
                     f"input '{name}' is {spec.type_str}: expected a list of arrays, got {type(value).__name__}"
                 )
             if spec.inner_kind == "map_type" or any(isinstance(v, dict) for v in value):
                 return list(value)  # a sequence of maps (ai.onnx.ml) stays Python objects
-            items = [provider.from_host(as_host_array(v, f"input '{name}'")) for v in value]
-            want = spec.element_dtype
-            for i, item in enumerate(items):
-                if want is not None and item.dtype != want:
-                    raise InvalidArgument(
-                        f"Unexpected data type for element {i} of input '{name}'. Actual: "
-                        f"({_type_string(item.dtype)}), expected: ({spec.type_str})"
-                    )
-            return items
+            return self._check_sequence(spec, [provider.from_host(as_host_array(v, f"input '{name}'")) for v in value])
         elif spec.kind == "map_type":
             if not isinstance(value, dict):
                 raise InvalidArgument(f"input '{name}' is {spec.type_str}: expected a dict, got {type(value).__name__}")
@@ -617,6 +630,17 @@ class InferenceSession:
             return arr
         self._check_tensor(spec, arr)
         return arr
+
+    @staticmethod
+    def _check_sequence(spec: _InputSpec, items: list[Any]) -> list[Any]:
+        want = spec.element_dtype
+        for i, item in enumerate(items):
+            if want is not None and item.dtype != want:
+                raise InvalidArgument(
+                    f"Unexpected data type for element {i} of input '{spec.name}'. Actual: "
+                    f"({_type_string(item.dtype)}), expected: ({spec.type_str})"
+                )
+        return items
 
     def _check_tensor(self, spec: _InputSpec, arr: Any) -> None:
         if spec.dtype is not None and arr.dtype != spec.dtype:
@@ -659,7 +683,7 @@ class InferenceSession:
         for n in names:
             if not isinstance(n, str):
                 raise InvalidArgument(f"output names must be strings, got {n!r}")
-        if all(n in self._output_names or n in self._required for n in names):
+        if all(n in self._output_names or n in self._input_names for n in names):
             target = compiled
         else:
             # Intermediate values come from the unoptimized graph: the optimizer may have fused a
@@ -692,6 +716,9 @@ class InferenceSession:
         missing = [n for n in self._required if n not in feeds]
         if missing:
             raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(feeds)}).")
+        for name in self._optional_inputs:
+            if name not in feeds:
+                feeds = {**feeds, name: None}
         names, compiled, plan = self._resolve_outputs(output_names)
         terminate = None
         if run_options is not None:
