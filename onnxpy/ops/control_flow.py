@@ -37,9 +37,11 @@ def _empty_stack(xp: Any, body: Any, out_name: str, axis: int = 0) -> Any:
     et = g.elem_type(out_name)
     dtype = dtypes.np_dtype(et) if et else np.float32
     shape = g.shape(out_name)
-    dims = [d for d in shape] if shape is not None else None
-    if dims is None or any(not isinstance(d, int) for d in dims):
+    if shape is None:
         return xp.zeros((0,), dtype=dtype)
+    # The rank is known: a dim the body leaves symbolic has no value to take, so it is 0, as in
+    # onnxruntime (a body output [N, 3] gives [0, 0, 3]).
+    dims = [d if isinstance(d, int) else 0 for d in shape]
     dims.insert(normalize_axis(axis, len(dims) + 1, "scan_output_axes"), 0)
     return xp.zeros(tuple(dims), dtype=dtype)
 

@@ -227,6 +227,25 @@ def test_loop_modes(trip: int | None, cond: bool | None, stop_at: float | None) 
         assert got[1].shape == (0, 2)
 
 
+def test_loop_without_iterations_keeps_the_rank_of_a_symbolic_scan_output() -> None:
+    # The body declares its scan output [N, 3]: no iteration gives [0, 0, 3], as onnxruntime
+    # gives it and shape inference types it (rank 3), not a rank-1 [0].
+    body = oh.make_graph(
+        [oh.make_node("Identity", ["cond"], ["cond_o"]), oh.make_node("Identity", ["x"], ["x_o"])]
+        + [oh.make_node("Relu", ["x"], ["sc"])],
+        "body",
+        [vi("i", TP.INT64, []), vi("cond", TP.BOOL, []), vi("x", F, ["N", 3])],
+        [vi("cond_o", TP.BOOL, []), vi("x_o", F, ["N", 3]), vi("sc", F, ["N", 3])],
+    )
+    m = model(
+        [oh.make_node("Loop", ["M", "", "x0"], ["xf", "scan"], body=body)],
+        [vi("M", TP.INT64, []), vi("x0", F, ["N", 3])],
+        [vi("xf", F), vi("scan", F)],
+    )
+    got = both(m, {"M": np.array(0, np.int64), "x0": np.ones((2, 3), np.float32)})
+    assert got[1].shape == (0, 0, 3)
+
+
 def test_loop_carried_sequence_and_outer_scope() -> None:
     seq_t = oh.make_sequence_type_proto(oh.make_tensor_type_proto(F, None))
     body = oh.make_graph(
