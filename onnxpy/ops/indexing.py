@@ -386,6 +386,9 @@ def _unique_rows(xp: Any, rows: Any) -> tuple[Any, Any, Any, Any]:
     new = xp.ones(n, dtype=bool)
     if n > 1:
         diff = s[1:] != s[:-1]
+        if s.dtype.kind in "fc":
+            # NaN equals NaN here, as in the flattened case (numpy's unique) and in onnxruntime.
+            diff &= ~(xp.isnan(s[1:]) & xp.isnan(s[:-1]))
         new[1:] = diff.any(axis=1)
     group = xp.cumsum(new) - 1
     starts = xp.nonzero(new)[0]
@@ -398,6 +401,11 @@ def _unique_rows(xp: Any, rows: Any) -> tuple[Any, Any, Any, Any]:
 
 @op("Unique", 11)
 def unique(xp: Any, X: Any, *, axis: int | None = None, sorted: int = 1) -> Any:  # noqa: A002, N803 - spec names
+    if X.dtype.kind == "V":
+        # ml_dtypes' types (bfloat16, float8) sort by a comparison that NaN breaks (no value was
+        # merged): they are found in float32, which holds each value exactly, and cast back.
+        results = unique(xp, X.astype(np.float32), axis=axis, sorted=sorted)
+        return (results[0].astype(X.dtype),) + tuple(results[1:])
     if axis is None:
         y, first, inv, counts = _unique_flat(xp, X.reshape(-1))
         moved = None

@@ -162,7 +162,10 @@ def _topk(xp: Any, x: Any, k: int, axis: int, largest: int, sorted_: int) -> tup
     if 0 < k and k * 8 <= n and n >= 512 and x.dtype.kind in "iuf" and not (x.dtype.kind == "f" and xp.isnan(x).any()):
         idx = _topk_select(xp, x, k, a, largest)
     else:
-        idx = _leading(_sorted_order(xp, x, a, largest), a, k)
+        # ml_dtypes' types (bfloat16, float8) sort by a comparison that NaN breaks (5.0 was lost
+        # behind a NaN): their values sort exactly as float32, where NaN sorts last.
+        key = x.astype(np.float32) if x.dtype.kind == "V" else x
+        idx = _leading(_sorted_order(xp, key, a, largest), a, k)
     idx = idx.astype(np.int64, copy=False)
     return xp.take_along_axis(x, idx, axis=a), idx
 

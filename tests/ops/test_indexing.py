@@ -319,6 +319,29 @@ def test_unique_strings_and_first_output_only() -> None:
     assert only.tolist() == [1, 3]
 
 
+@pytest.mark.parametrize("axis", [None, 0])
+def test_unique_with_nan_in_float32_and_bfloat16(axis: int | None) -> None:
+    # NaN is one value, flattened (numpy's unique) or in rows (onnxruntime merges such rows;
+    # its flattened Unique merges NaN into 2.0, which is wrong). ml_dtypes' sort breaks on NaN
+    # (bfloat16 merged nothing): bfloat16 must give the float32 answer, cast back.
+    x = np.array([[2, np.nan], [1, 2], [2, np.nan], [5, 1]], np.float32)
+    kw: dict[str, Any] = {} if axis is None else {"axis": axis}
+    if axis is None:
+        y, first, inv, counts = np.unique(x.reshape(-1), return_index=True, return_inverse=True, return_counts=True)
+        want = [y, first, inv.reshape(-1), counts]
+    else:
+        want = vs_ort("Unique", {"x": x}, {"y": F, "i": I64, "v": I64, "c": I64}, opset=11, **kw)
+        assert want[0].shape == (3, 2)
+    got32 = onnxpy_only("Unique", {"x": x}, {"y": F, "i": I64, "v": I64, "c": I64}, **kw)
+    outs = {"y": TensorProto.BFLOAT16, "i": I64, "v": I64, "c": I64}
+    got16 = onnxpy_only("Unique", {"x": x.astype(ml_dtypes.bfloat16)}, outs, **kw)
+    assert got16[0].dtype == ml_dtypes.bfloat16
+    for got in (got32, got16):
+        np.testing.assert_array_equal(got[0].astype(np.float32), want[0])
+        for g, w in zip(got[1:], want[1:]):
+            assert g.tolist() == w.tolist()
+
+
 def test_unique_empty() -> None:
     y, idx, inv, cnt = onnxpy_only("Unique", {"x": np.zeros((0,), np.float32)}, {"y": F, "i": I64, "v": I64, "c": I64})
     assert y.shape == idx.shape == inv.shape == cnt.shape == (0,)
