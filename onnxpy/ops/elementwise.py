@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from . import _erf
@@ -238,8 +239,10 @@ def hard_sigmoid(xp: Any, x: Any, *, alpha: float = 0.2, beta: float = 0.5) -> A
 
 @op("HardSwish", 14)
 def hard_swish(xp: Any, x: Any) -> Any:
-    t = x.dtype.type
-    return (x * xp.clip(x * t(1 / 6) + t(0.5), 0, 1)).astype(x.dtype, copy=False)
+    # Half precision in float32, as HardSigmoid (in float16 up to 8 ulp off).
+    w = x.astype(np.float32) if x.dtype.itemsize < 4 else x
+    t = w.dtype.type
+    return (w * xp.clip(w * t(1 / 6) + t(0.5), 0, 1)).astype(x.dtype, copy=False)
 
 
 @op("ThresholdedRelu", 10)
@@ -267,8 +270,13 @@ def mish(xp: Any, x: Any) -> Any:
 def gelu(xp: Any, x: Any, *, approximate: str = "none") -> Any:
     t = x.dtype.type
     if approximate == "tanh":
-        inner = t(np.sqrt(2 / np.pi)) * (x + t(0.044715) * x * x * x)
-        return (t(0.5) * x * (1 + xp.tanh(inner))).astype(x.dtype, copy=False)
+        # 0.5 * (1 + tanh(u)) is 1 / (1 + exp(-2u)): the same value without 1 + tanh(u)
+        # cancelling to 0 for negative x (float16 lost every digit below x = -3); half
+        # precision computed in float32.
+        w = x.astype(np.float32) if x.dtype.itemsize < 4 else x
+        t = w.dtype.type
+        u2 = t(2 * np.sqrt(2 / np.pi)) * (w + t(0.044715) * w * w * w)
+        return (w / (1 + xp.exp(-u2))).astype(x.dtype, copy=False)
     if approximate != "none":
         raise ValueError(f"approximate must be 'none' or 'tanh', got '{approximate}'")
     if x.dtype == np.float64:
@@ -467,8 +475,11 @@ def sum_(xp: Any, *data: Any) -> Any:
 
 @op("Mean", 6)
 def mean(xp: Any, *data: Any) -> Any:
-    total = _fold(xp, xp.add, data, "Mean")
-    return (total / total.dtype.type(len(data))).astype(total.dtype, copy=False)
+    # Half precision sums in float32: three float16 values of 60000 have a mean, not inf.
+    narrow = bool(data) and data[0].dtype.itemsize < 4 and data[0].dtype.kind in "fV"
+    total = _fold(xp, xp.add, [d.astype(np.float32) for d in data] if narrow else data, "Mean")
+    dtype = data[0].dtype if narrow else total.dtype
+    return (total / total.dtype.type(len(data))).astype(dtype, copy=False)
 
 
 @op("Max", 6)
@@ -487,13 +498,19 @@ def min_(xp: Any, *data: Any) -> Any:
 @op("Clip", 6)
 def clip_6(xp: Any, x: Any, *, min: float = -3.4028234663852886e38, max: float = 3.4028234663852886e38) -> Any:  # noqa: A002 - spec names
     t = x.dtype.type
-    return xp.clip(x, t(min), t(max))
+    return xp.clip(x, t(min), t(max)).astype(x.dtype, copy=False)
 
 
 @op("Clip", 11)
 def clip(xp: Any, x: Any, min: Any = None, max: Any = None) -> Any:  # noqa: A002 - spec names
     lo = None if min is None else min.reshape(()).astype(x.dtype, copy=False)
     hi = None if max is None else max.reshape(()).astype(x.dtype, copy=False)
+    if x.dtype.kind == "f" or (x.dtype.kind == "V" and x.dtype.itemsize <= 2):
+        # An omitted bound is the type's lowest / largest finite value (the spec's
+        # numeric_limits defaults): an infinity is clipped to it, as onnxruntime does.
+        info = np.finfo(x.dtype) if x.dtype.kind == "f" else ml_dtypes.finfo(x.dtype)
+        lo = info.min if lo is None else lo
+        hi = info.max if hi is None else hi
     if lo is None and hi is None:
         return xp.array(x, copy=True)
     # ONNX: values are first raised to min, then lowered to max (max wins if min > max).

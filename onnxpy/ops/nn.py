@@ -109,8 +109,11 @@ def _softmax_general(xp: Any, x: Any, axis: int, log: bool) -> Any:
     # Elementwise steps run in x's own precision (as the spec's function body does); the sum
     # accumulates in float32 or wider so long axes do not lose half-precision bits.
     m = xp.max(x, axis=axis, keepdims=True)
-    if not bool(xp.isfinite(m).all()):  # rare: rows of -inf/inf/NaN; keep the shift finite
-        m = xp.where(xp.isfinite(m), m, x.dtype.type(0))
+    if not bool(xp.isfinite(m).all()):
+        # Rare: an all -inf row shifts by 0 (exp gives zeros, 0 / 0 is NaN); a row holding +inf
+        # keeps its shift, so that inf - inf makes the whole row NaN, as the spec's function body
+        # and onnxruntime do.
+        m = xp.where(m == -np.inf, x.dtype.type(0), m)
     e = x - m
     acc = _cdt(x.dtype)
     if log:
