@@ -46,8 +46,9 @@ BODIES: dict[str, tuple[tuple[str, ...], str]] = {
     "gelu": ((), "W v = x; y = (T)(W(0.5) * v * (W(1) + erf(v * W(0.70710678118654752440))));"),
     "gelu_tanh": (
         (),
-        "W v = x; W u = W(0.79788456080286535588) * (v + W(0.044715) * v * v * v);"
-        " y = (T)(W(0.5) * v * (W(1) + tanh(u)));",
+        # 0.5 * (1 + tanh(u)) as 1 / (1 + exp(-2u)): no cancellation for negative x (elementwise.gelu)
+        "W v = x; W u2 = W(1.59576912160573071176) * (v + W(0.044715) * v * v * v);"
+        " y = (T)(v / (W(1) + exp(-u2)));",
     ),
     "softplus": ((), "W v = x; y = (T)(fmax(v, W(0)) + log1p(exp(-fabs(v))));"),
     "softsign": ((), "W v = x; y = (T)(v / (W(1) + fabs(v)));"),
