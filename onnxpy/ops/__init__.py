@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401 - importing registers the kernels
     concat_append,
+    contrib,
     control_flow,
     conv,
     conv_extra,

@@ -1,0 +1,7 @@
+"""onnxruntime's contrib operators (domain com.microsoft) that its own tools write into models:
+the quantizer's QOperator kernels (``quant``). Their semantics are onnxruntime's
+ContribOperators documentation, checked against onnxruntime's behaviour in the tests."""
+
+DOMAIN = "com.microsoft"
+
+from . import quant  # noqa: E402, F401 - importing registers the kernels
