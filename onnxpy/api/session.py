@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..ir.graph import Graph
+from ..ir.graph import Graph, normalize_domain
 from ..model import dtypes
 from ..model.load import load_model
 from ..optimizer.manager import optimize
@@ -62,6 +62,28 @@ class ModelMetadata:
     graph_description: str
     version: int
     custom_metadata_map: dict[str, str]
+
+
+def _schema_typed_output(model: onnx.ModelProto, vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    """An output neither declared nor inferred (ai.onnx.ml operators have no type inference)
+    typed by its producer's schema where that names one type (Scaler's Y is tensor(float)), as
+    onnxruntime reports it; else unchanged."""
+    versions = {normalize_domain(o.domain): o.version for o in model.opset_import}
+    for node in model.graph.node:
+        if vi.name not in node.output:
+            continue
+        domain = normalize_domain(node.domain)
+        try:
+            schema = onnx.defs.get_schema(node.op_type, versions.get(domain, 1), domain)
+        except Exception:  # noqa: BLE001 - a contrib or custom op: nothing to read
+            return vi
+        idx = min(list(node.output).index(vi.name), len(schema.outputs) - 1)
+        text = schema.outputs[idx].type_str if idx >= 0 else ""
+        elem = dtypes.NAME_TO_ELEM.get(text[len("tensor(") : -1]) if text.startswith("tensor(") else None
+        if elem is not None:
+            return onnx.helper.make_value_info(vi.name, onnx.helper.make_tensor_type_proto(elem, None))
+        return vi
+    return vi
 
 
 def _node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
@@ -275,6 +297,8 @@ class InferenceSession:
         for vi in model.graph.output:
             if vi.name in graph.types:  # declared and inferred shapes merged (ir.graph.merge_shapes)
                 vi = onnx.helper.make_value_info(vi.name, graph.types[vi.name])
+            if vi.type.WhichOneof("value") is None:
+                vi = _schema_typed_output(model, vi)
             self._outputs.append(_node_arg(vi))
         types = {vi.name: vi.type for vi in model.graph.input}
         self._input_specs = {a.name: _InputSpec(a, types[a.name]) for a in self._inputs + self._overridable}

@@ -48,7 +48,7 @@ def _activation(xp: Any, name: str, alpha: float, beta: float) -> Callable[[Any]
     if n == "leakyrelu":
         return lambda v: xp.where(v >= 0, v, alpha * v)
     if n == "thresholdedrelu":
-        return lambda v: xp.where(v >= alpha, v, 0)
+        return lambda v: xp.where(v > alpha, v, 0)  # ThresholdedRelu: x > alpha
     if n == "scaledtanh":
         return lambda v: alpha * xp.tanh(beta * v)
     if n == "hardsigmoid":

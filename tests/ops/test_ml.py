@@ -882,3 +882,64 @@ def test_tree_walk_is_vectorized() -> None:
     want = run_ort(model, [("x", None, x)])[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert lines < 20000, f"{lines} Python lines for 20000 samples"
+
+
+# -- found by an audit against onnxruntime 1.32 ------------------------------------------------
+
+
+def test_probit_of_zero_and_one_is_infinite() -> None:
+    # The inverse normal CDF is -inf at 0 and +inf at 1 (onnxpy gave NaN there).
+    x = np.array([[0.0], [1.0], [0.5], [0.975]], np.float32)
+    (got,) = run_ours(
+        ml_model("LinearRegressor", [("x", TP.FLOAT, x)], [TP.FLOAT], coefficients=[1.0], post_transform="PROBIT"),
+        [("x", TP.FLOAT, x)],
+    )
+    assert got[:2].ravel().tolist() == [-np.inf, np.inf]
+    np.testing.assert_allclose(got[2:].ravel(), [0.0, 1.959964], atol=1e-5)
+    both("LinearRegressor", [("x", TP.FLOAT, x)], [TP.FLOAT], coefficients=[1.0], post_transform="PROBIT", rtol=1e-3)
+
+
+@pytest.mark.parametrize("post", ["SOFTMAX", "LOGISTIC"])
+def test_svm_classifier_probabilities_take_the_post_transform(post: str) -> None:
+    probs = dict(prob_a=[-1.5, -0.7, -2.0], prob_b=[0.1, -0.2, 0.05])
+    got = both(
+        "SVMClassifier",
+        [("x", TP.FLOAT, XS)],
+        [TP.INT64, TP.FLOAT],
+        rtol=1e-3,
+        **_svc("RBF", post_transform=post, **probs),
+    )
+    raw = run_ours(
+        ml_model("SVMClassifier", [("x", TP.FLOAT, XS)], [TP.INT64, TP.FLOAT], **_svc("RBF", **probs)),
+        [("x", TP.FLOAT, XS)],
+    )
+    assert not np.allclose(got[1], raw[1])  # the transform is applied, not skipped
+
+
+@pytest.mark.parametrize("kernel", ["RBF", "POLY", "SIGMOID"])
+def test_svm_classifier_linear_mode_ignores_the_kernel(kernel: str) -> None:
+    w = RNG.normal(size=(3, 2)).astype(np.float32)
+    attrs = dict(
+        kernel_type=kernel,
+        kernel_params=[0.5, 0.1, 3.0],
+        coefficients=w.ravel().tolist(),
+        rho=[0.1],
+        classlabels_ints=[0, 1, 2],
+    )
+    got = both("SVMClassifier", [("x", TP.FLOAT, XS)], [TP.INT64, TP.FLOAT], rtol=1e-5, **attrs)
+    np.testing.assert_allclose(got[1], XS @ w.T + 0.1, rtol=1e-5, atol=1e-6)
+
+
+def test_outputs_without_a_declared_type_report_the_schemas_type() -> None:
+    # ai.onnx.ml operators have no type inference in onnx: Scaler's Y is tensor(float) by its
+    # schema, as onnxruntime reports it (onnxpy said 'undefined').
+    node = oh.make_node("Scaler", ["x"], ["y"], domain="ai.onnx.ml", offset=[0.0], scale=[2.0])
+    graph = oh.make_graph(
+        [node], "g", [oh.make_tensor_value_info("x", TP.FLOAT, [None, 2])], [oh.make_value_info("y", onnx.TypeProto())]
+    )
+    m = oh.make_model(
+        graph, opset_imports=[oh.make_opsetid("", 17), oh.make_opsetid("ai.onnx.ml", 1)], ir_version=9
+    ).SerializeToString()
+    ours = onnxpy.InferenceSession(m).get_outputs()
+    theirs = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).get_outputs()
+    assert [o.type for o in ours] == [o.type for o in theirs] == ["tensor(float)"]

@@ -239,3 +239,12 @@ def test_bad_sequence_lens_raise() -> None:
     sess = onnxpy.InferenceSession(model.SerializeToString())
     with pytest.raises(Exception, match="sequence_lens"):
         sess.run(None, feeds)
+
+
+def test_thresholded_relu_activation_passes_only_values_above_alpha() -> None:
+    # f(x) = x if x > alpha else 0: a value equal to alpha gives 0 (onnxpy let it through).
+    x = np.array([[[1.0]], [[2.0]], [[0.5]]], np.float32)
+    feeds = {"X": x, "W": np.ones((1, 1, 1), np.float32), "R": np.zeros((1, 1, 1), np.float32)}
+    got, want = _run_both("RNN", feeds, 1, hidden_size=1, activations=["ThresholdedRelu"], activation_alpha=[1.0])
+    assert got[0].ravel().tolist() == [0.0, 2.0, 0.0]
+    _check(got, want)

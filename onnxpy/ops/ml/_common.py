@@ -123,7 +123,11 @@ def _erfinv(xp: Any, y: Any) -> Any:
 
 
 def probit(xp: Any, p: Any) -> Any:
-    return math.sqrt(2.0) * _erfinv(xp, 2.0 * p - 1.0)
+    z = math.sqrt(2.0) * _erfinv(xp, 2.0 * p - 1.0)
+    # The inverse normal CDF is -inf at 0 and +inf at 1 (a score no tree reached is 0).
+    # (Outside [0, 1] it stays NaN.)
+    edge = (p == 0) | (p == 1)
+    return xp.where(edge, xp.where(p == 0, -xp.inf, xp.inf), z) if bool(xp.any(edge)) else z
 
 
 def logistic(xp: Any, x: Any) -> Any:

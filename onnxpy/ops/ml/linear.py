@@ -202,7 +202,9 @@ def svm_classifier(
         # class's score, which is what exported models rely on.
         if k == 0 or coef.size % k or coef.size // k != n_features:
             raise ValueError(f"{coef.size} coefficients do not give {k} classes of {n_features} features")
-        scores = _kernel(xp, x, xp.asarray(coef.reshape(k, n_features)), kernel_type, params)
+        # The kernel is not applied in this mode (onnxruntime: a plain dot product whatever
+        # kernel_type says; the spec is silent).
+        scores = x @ xp.asarray(coef.reshape(k, n_features)).T
         if rho_v.size:
             scores = scores + float(rho_v[0])
         label = _pick_labels(xp, classes, xp.argmax(scores, axis=1))
@@ -246,7 +248,8 @@ def svm_classifier(
             r[:, j, i] = 1 - rij
         # Two classes too go through the coupling (which stops at a tolerance), as in onnxruntime.
         z = _couple(xp, r)
-        return label, z.astype(xp.float32)
+        # post_transform applies to the coupled probabilities too (onnxruntime: softmax of them).
+        return label, apply_transform(xp, z, transform).astype(xp.float32)
     if k == 2:
         # onnxruntime's two-class layout: [-d, d], or [1 - d, d] under (zero-)softmax.
         d = dec[:, 0]
