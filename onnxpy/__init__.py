@@ -28,7 +28,8 @@ from .api.ortvalue import OrtDevice, OrtValue
 from .api.session import InferenceSession, ModelMetadata, NodeArg
 from .ops.randomness import set_seed
 from .providers import available_provider_names as _available
-from .runtime.logs import set_default_logger_severity, set_default_logger_verbosity
+from .runtime.facts import GLOBAL_POOL as _GLOBAL_POOL
+from .runtime.logs import set_default_logger_callback, set_default_logger_severity, set_default_logger_verbosity
 
 __version__ = "0.1.0"
 version = __version__
@@ -67,6 +68,24 @@ def get_build_info() -> str:
     )
 
 
+def set_global_thread_pool_sizes(intra_op_num_threads: int = 0, inter_op_num_threads: int = 0) -> None:
+    """Thread counts of sessions whose options say ``use_per_session_threads = False``: intra-op
+    threads cap the BLAS pool during their runs (0: the library's default); inter-op threads
+    are accepted and unused (onnxpy runs nodes in sequence)."""
+    for name, value in (("intra_op_num_threads", intra_op_num_threads), ("inter_op_num_threads", inter_op_num_threads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgument(f"{name} must be an int >= 0, got {value!r}")
+        _GLOBAL_POOL[name] = int(value)
+
+
+def disable_telemetry_events() -> None:
+    """Accepted for compatibility: onnxpy collects and sends no telemetry."""
+
+
+def enable_telemetry_events() -> None:
+    """Accepted for compatibility: onnxpy collects and sends no telemetry, enabled or not."""
+
+
 __all__ = [
     "InferenceSession",
     "SessionOptions",
@@ -87,6 +106,10 @@ __all__ = [
     "set_seed",
     "set_default_logger_severity",
     "set_default_logger_verbosity",
+    "set_default_logger_callback",
+    "set_global_thread_pool_sizes",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
     "__version__",
     "OnnxpyError",
     "Fail",

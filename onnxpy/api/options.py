@@ -25,8 +25,11 @@ Accepted for compatibility, no effect in onnxpy (documented, not silently droppe
 inter_op_num_threads and execution_mode (nodes always run in order on one thread),
 execution_order, enable_mem_pattern and enable_mem_reuse (the planner
 always releases values after their last use), use_deterministic_compute (kernels are
-deterministic), use_per_session_threads (no global pool to share), log_verbosity_level,
-logid, and RunOptions.log_severity_level (a run's few messages follow its session's level). register_custom_ops_library raises NotImplemented: native kernels cannot run here.
+deterministic), log_verbosity_level, and RunOptions.log_severity_level (a run's few messages
+follow its session's level). register_custom_ops_library raises NotImplemented: native kernels
+cannot run here. use_per_session_threads = False makes the session take its intra-op thread
+count from onnxpy.set_global_thread_pool_sizes; logid is the logid a log callback receives
+(onnxpy.set_default_logger_callback).
 """
 
 from __future__ import annotations

@@ -172,9 +172,11 @@ class InferenceSession:
         provider_options: Sequence[dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
-        severity = sess_options.log_severity_level if isinstance(sess_options, SessionOptions) else -1
+        severity, logid = -1, ""
+        if isinstance(sess_options, SessionOptions):
+            severity, logid = sess_options.log_severity_level, sess_options.logid
         try:
-            with logs.scope(severity):
+            with logs.scope(severity, logid):
                 self._create(path_or_bytes, sess_options, providers, provider_options)
         except (OnnxpyError, RuntimeWarning):
             raise
@@ -404,7 +406,7 @@ class InferenceSession:
     def set_providers(
         self, providers: Sequence[Any] | None = None, provider_options: Sequence[dict[str, Any]] | None = None
     ) -> None:
-        with logs.scope(self._sess_options.log_severity_level):
+        with logs.scope(self._sess_options.log_severity_level, self._sess_options.logid):
             self._set_providers(providers, provider_options)
 
     def disable_fallback(self) -> None:

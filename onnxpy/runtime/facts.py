@@ -23,6 +23,11 @@ def _default_budget() -> int:
         return 8 << 30
 
 
+# onnxpy.set_global_thread_pool_sizes: the pool sizes of sessions that use no threads of their
+# own (SessionOptions.use_per_session_threads = False). 0: the BLAS library's default.
+GLOBAL_POOL = {"intra_op_num_threads": 0, "inter_op_num_threads": 0}
+
+
 @dataclass
 class SessionFacts:
     max_alloc_bytes: int = field(default_factory=_default_budget)
@@ -34,7 +39,10 @@ class SessionFacts:
     @staticmethod
     def from_options(opts: Any) -> SessionFacts:
         cfg = dict(opts._config)
-        facts = SessionFacts(config=cfg, intra_op_threads=int(opts.intra_op_num_threads or 0))
+        threads = int(opts.intra_op_num_threads or 0)
+        if not threads and not opts.use_per_session_threads:
+            threads = GLOBAL_POOL["intra_op_num_threads"]  # set_global_thread_pool_sizes
+        facts = SessionFacts(config=cfg, intra_op_threads=threads)
         if "session.max_allocation_bytes" in cfg:
             facts.max_alloc_bytes = int(cfg["session.max_allocation_bytes"])
         facts.check_nan_inf = cfg.get("session.check_nan_inf", "0") == "1"

@@ -17,6 +17,8 @@ import contextvars
 import logging
 import sys
 import threading
+import traceback
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,15 +67,21 @@ def threshold() -> int | None:
     return None if severity < 0 else LEVELS[min(severity, 4)]
 
 
+#: the logid (SessionOptions.logid) of the session logging now, for a log callback
+_logid: contextvars.ContextVar[str] = contextvars.ContextVar("onnxpy_logid", default="")
+
+
 @contextlib.contextmanager
-def scope(severity: int) -> Iterator[None]:
+def scope(severity: int, logid: str = "") -> Iterator[None]:
     """Records logged inside are filtered by ``severity`` (-1: the default severity)."""
     if severity >= 0:
         _install()
     token = _session.set(severity)
+    id_token = _logid.set(logid)
     try:
         yield
     finally:
+        _logid.reset(id_token)
         _session.reset(token)
 
 
@@ -137,3 +145,65 @@ def _install() -> None:
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.DEBUG)
             _lowered = True
+
+
+class _CallbackHandler(logging.Handler):
+    """Hands the records that pass the severity to set_default_logger_callback's callable, with
+    onnxruntime's arguments (severity, category, logid, code_location, message)."""
+
+    def __init__(self, callback: Any) -> None:
+        super().__init__()
+        self.callback = callback
+        self._busy = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self._busy, "on", False):
+            return  # a record the callback itself caused: dropped rather than recursing
+        severity = next((i for i, lv in enumerate(LEVELS) if record.levelno <= lv), 4)
+        where = f"{record.pathname}:{record.lineno} {record.funcName}"
+        self._busy.on = True
+        try:
+            self.callback(severity, "onnxpy", _logid.get(), where, record.getMessage())
+        except Exception:  # noqa: BLE001 - reported as onnxruntime reports it, the run goes on
+            _unraisable(self.callback)
+        finally:
+            self._busy.on = False
+
+
+def _unraisable(callback: Any) -> None:
+    """The exception being handled, reported through sys.unraisablehook as onnxruntime reports
+    a raising log callback (the default hook takes only its own argument type, so its output,
+    the message and the traceback on stderr, is written here)."""
+    kind, value, tb = sys.exc_info()
+    if sys.unraisablehook is not sys.__unraisablehook__:
+        args = types.SimpleNamespace(
+            exc_type=kind, exc_value=value, exc_traceback=tb, err_msg="Exception ignored in", object=callback
+        )
+        sys.unraisablehook(args)
+        return
+    print(f"Exception ignored in onnxpy's log callback {callback!r}:", file=sys.stderr)
+    traceback.print_exception(kind, value, tb, file=sys.stderr)
+
+
+_callback: _CallbackHandler | None = None
+
+
+def set_default_logger_callback(callback: Any, severity: int = 2) -> None:
+    """Send onnxpy's log records to ``callback(severity, category, logid, code_location,
+    message)`` instead of stderr, and set the default severity (onnxruntime's signature).
+    ``None`` removes the callback and leaves the severity as it is."""
+    global _callback
+    level = _checked(severity, "logger severity", 4)
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
+    logger = logging.getLogger(LOGGER_NAME)
+    with _install_lock:
+        if _callback is not None:
+            logger.removeHandler(_callback)
+            _callback = None
+    if callback is None:
+        return
+    set_default_logger_severity(level)
+    with _install_lock:
+        _callback = _CallbackHandler(callback)
+        logger.addHandler(_callback)

@@ -5,6 +5,7 @@ is the oracle where it runs the same call."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from pathlib import Path
 
@@ -210,6 +211,65 @@ def test_records_show_on_stderr_without_logging_configured(
     opts.log_severity_level = 2
     onnxpy.InferenceSession(str(DEMO), opts)
     assert "onnxpy INFO" not in capsys.readouterr().err
+
+
+def test_a_log_callback_receives_what_passes_the_severity(
+    capsys: pytest.CaptureFixture[str], fresh_logs: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(root := logging.getLogger(), "handlers", [])  # no logging configured
+    got: list[tuple] = []
+    try:
+        onnxpy.set_default_logger_callback(lambda *args: got.append(args), 1)  # onnxruntime's signature
+        opts = onnxpy.SessionOptions()
+        opts.logid = "my-session"
+        onnxpy.InferenceSession(str(DEMO), opts)
+        assert got and all(len(a) == 5 for a in got)
+        severity, category, logid, where, message = got[0]
+        assert (severity, category, logid) == (1, "onnxpy", "my-session")
+        assert "session.py" in where and "graph 'onnxpy_demo_tinynet'" in message
+        assert {a[0] for a in got} == {1}  # no verbose records at severity 1
+        assert "onnxpy INFO" not in capsys.readouterr().err  # the callback replaces stderr
+
+        def raising(*args: object) -> None:
+            raise RuntimeError("callback failed")
+
+        onnxpy.set_default_logger_callback(raising, 1)
+        reported: list[object] = []
+        monkeypatch.setattr(sys, "unraisablehook", reported.append)  # as onnxruntime reports it
+        onnxpy.InferenceSession(str(DEMO))  # the session is still created
+        assert reported and all(isinstance(r.exc_value, RuntimeError) for r in reported)  # type: ignore[attr-defined]
+        monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+        onnxpy.InferenceSession(str(DEMO))
+        assert "RuntimeError: callback failed" in capsys.readouterr().err
+        with pytest.raises(TypeError, match="callable"):
+            onnxpy.set_default_logger_callback(42)  # type: ignore[arg-type]
+        with pytest.raises(onnxpy.InvalidArgument, match="severity must be 0 to 4"):
+            onnxpy.set_default_logger_callback(print, 7)
+    finally:
+        onnxpy.set_default_logger_callback(None)
+    got.clear()
+    onnxpy.InferenceSession(str(DEMO))
+    assert not got and "onnxpy INFO: graph" in capsys.readouterr().err  # back on stderr
+    assert root.handlers == []
+
+
+def test_global_thread_pool_sizes_serve_sessions_without_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxpy.runtime import facts
+
+    monkeypatch.setitem(facts.GLOBAL_POOL, "intra_op_num_threads", 0)
+    onnxpy.set_global_thread_pool_sizes(intra_op_num_threads=1, inter_op_num_threads=2)
+    shared = onnxpy.SessionOptions()
+    shared.use_per_session_threads = False
+    assert facts.SessionFacts.from_options(shared).intra_op_threads == 1
+    own = onnxpy.SessionOptions()  # per-session threads: the global pool does not apply
+    assert facts.SessionFacts.from_options(own).intra_op_threads == 0
+    shared.intra_op_num_threads = 2  # a session's own count wins
+    assert facts.SessionFacts.from_options(shared).intra_op_threads == 2
+    for bad in (-1, 1.5, True):
+        with pytest.raises(onnxpy.InvalidArgument, match="intra_op_num_threads must be an int >= 0"):
+            onnxpy.set_global_thread_pool_sizes(bad)  # type: ignore[arg-type]
+    onnxpy.disable_telemetry_events()
+    onnxpy.enable_telemetry_events()
 
 
 # -- external initializers -----------------------------------------------------------------------
