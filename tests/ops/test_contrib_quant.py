@@ -355,12 +355,13 @@ def test_dynamic_quantize_matmul_and_matmul_integer_to_float(tb: Any, per_column
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-4)
 
 
-@pytest.mark.parametrize("bits", [2, 4, 8])
-@pytest.mark.parametrize("zero_points", ["default", "packed", "float"])
+# onnxruntime's CPU kernel refuses 8-bit weights with float zero points: that pair is left out.
+@pytest.mark.parametrize(
+    ("bits", "zero_points"),
+    [(b, z) for b in (2, 4, 8) for z in ("default", "packed", "float") if (b, z) != (8, "float")],
+)
 @pytest.mark.parametrize(("k", "n", "block"), [(64, 8, 32), (50, 6, 16)])
 def test_matmul_nbits(bits: int, zero_points: str, k: int, n: int, block: int) -> None:
-    if bits == 8 and zero_points == "float":
-        pytest.skip("onnxruntime's CPU kernel refuses 8-bit weights with float zero points")
     blocks = -(-k // block)
     inputs: dict[str, Any] = dict(
         a=RNG.standard_normal((3, k)).astype(np.float32),
