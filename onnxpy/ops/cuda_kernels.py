@@ -47,8 +47,7 @@ BODIES: dict[str, tuple[tuple[str, ...], str]] = {
     "gelu_tanh": (
         (),
         # 0.5 * (1 + tanh(u)) as 1 / (1 + exp(-2u)): no cancellation for negative x (elementwise.gelu)
-        "W v = x; W u2 = W(1.59576912160573071176) * (v + W(0.044715) * v * v * v);"
-        " y = (T)(v / (W(1) + exp(-u2)));",
+        "W v = x; W u2 = W(1.59576912160573071176) * (v + W(0.044715) * v * v * v); y = (T)(v / (W(1) + exp(-u2)));",
     ),
     "softplus": ((), "W v = x; y = (T)(fmax(v, W(0)) + log1p(exp(-fabs(v))));"),
     "softsign": ((), "W v = x; y = (T)(v / (W(1) + fabs(v)));"),
