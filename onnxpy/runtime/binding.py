@@ -273,6 +273,11 @@ def resolve_kernel(node: Node, provider_name: str | None) -> registry.OpDef:
     have = registry.versions(node.domain, node.op_type)
     if have:
         detail = f"onnxpy implements it from opset {have[0]} (versions {have}), the model uses opset {node.opset}"
+    elif domain == "com.microsoft.nchwc":
+        detail = (
+            "a blocked-layout operator onnxruntime writes at ORT_ENABLE_ALL for the CPU it ran on; "
+            "save the optimized model at ORT_ENABLE_EXTENDED instead (onnxpy runs that level's operators)"
+        )
     elif schema_for(node) is None:
         detail = f"no operator '{node.op_type}' exists in domain '{domain}' at opset {node.opset}"
     else:

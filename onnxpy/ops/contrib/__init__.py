@@ -5,4 +5,4 @@ against onnxruntime's behaviour in the tests."""
 
 DOMAIN = "com.microsoft"
 
-from . import quant, transformer  # noqa: E402, F401 - importing registers the kernels
+from . import attention, fused, quant, transformer  # noqa: E402, F401 - importing registers the kernels
