@@ -145,6 +145,9 @@ def _validate_proto(p: onnx.NodeProto, versions: dict[str, int]) -> None:
         raise InvalidGraph(f"{_describe_proto(p)} is missing required attribute(s) {missing}")
     if not domain and p.op_type in ("If", "Loop", "Scan"):
         _check_body_protos(p, opset)
+    if not domain and p.op_type == "Optional" and not (n_in and p.input[0]) and "type" not in seen:
+        # Nothing says what the empty optional holds (onnxruntime refuses it at load too).
+        raise InvalidGraph(f"{_describe_proto(p)}: an Optional needs either an input or the 'type' attribute")
 
 
 def _type_name(names: Callable[[int], str], t: int) -> str:

@@ -194,6 +194,13 @@ def test_optional_get_element_of_empty_fails() -> None:
         onnxpy.InferenceSession(m.SerializeToString()).run(None, {})
 
 
+def test_an_optional_with_neither_input_nor_type_is_refused_at_load() -> None:
+    opt = oh.make_value_info("o", oh.make_optional_type_proto(oh.make_tensor_type_proto(F, None)))
+    m = model([oh.make_node("Optional", [], ["o"])], [], [opt], opset=18)
+    with pytest.raises(onnxpy.InvalidGraph, match="Optional needs either an input or the 'type' attribute"):
+        onnxpy.InferenceSession(m.SerializeToString())
+
+
 def test_sequence_input_and_output_roundtrip() -> None:
     m = model(
         [oh.make_node("SequenceAt", ["s", "p"], ["t"]), oh.make_node("Identity", ["s"], ["s2"])],
