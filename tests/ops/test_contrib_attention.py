@@ -16,7 +16,10 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxpy
+from tests.helpers import CONTRIB_ORACLE, CONTRIB_SKIP_REASON, onnxruntime_older_than
 from tests.ops.test_contrib_transformer import _bert_like
+
+pytestmark = pytest.mark.skipif(onnxruntime_older_than(CONTRIB_ORACLE), reason=CONTRIB_SKIP_REASON)
 
 MS = "com.microsoft"
 ELEM = {

@@ -17,6 +17,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
+from tests.helpers import CONTRIB_ORACLE, CONTRIB_SKIP_REASON, onnxruntime_older_than
+
+pytestmark = pytest.mark.skipif(onnxruntime_older_than(CONTRIB_ORACLE), reason=CONTRIB_SKIP_REASON)
 
 F = TensorProto.FLOAT
 MS = "com.microsoft"
