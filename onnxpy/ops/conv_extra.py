@@ -134,6 +134,12 @@ def _conv_transpose(
         )
     if any(s <= 0 for s in strides) or any(d <= 0 for d in dilations):
         raise ValueError(f"strides {strides} and dilations {dilations} must be positive")
+    if any(p < 0 or p >= max(s, d) for p, s, d in zip(output_padding, strides, dilations)):
+        # The spec: each value less than the stride / dilation (onnxruntime refuses others too).
+        raise ValueError(
+            f"output_padding {output_padding} must be >= 0 and less than max(stride, dilation) on each axis "
+            f"(strides {strides}, dilations {dilations})"
+        )
     in_sizes = list(x.shape[2:])
     begin, out = conv_transpose_geometry(in_sizes, k, strides, dilations, pads, output_padding, output_shape, auto_pad)
     cdt = compute_dtype(x.dtype)

@@ -94,7 +94,12 @@ def _describe_proto(p: onnx.NodeProto) -> str:
 
 def _validate_proto(p: onnx.NodeProto, versions: dict[str, int]) -> None:
     domain = normalize_domain(p.domain)
-    opset = versions.get(domain, 0)
+    if domain not in versions:
+        # No version to read its semantics at (onnxruntime: "Missing opset in the model").
+        raise InvalidGraph(
+            f"{_describe_proto(p)}: the model imports no opset of domain '{domain or 'ai.onnx'}' (opset_import)"
+        )
+    opset = versions[domain]
     schema = _schema(p.op_type, opset, domain)
     if schema is None:
         later = _schema(p.op_type, 1 << 30, domain)
@@ -102,9 +107,14 @@ def _validate_proto(p: onnx.NodeProto, versions: dict[str, int]) -> None:
             # An onnx operator used at an opset where it does not exist yet (or an opset that is
             # not one): never runnable, and unchecked by the schema -- refuse it now. (A kernel
             # registered that early is onnxruntime's own ai.onnx version: LayerNormalization-1.)
+            first = min(
+                s.since_version
+                for s in onnx.defs.get_all_schemas_with_history()
+                if s.name == p.op_type and normalize_domain(s.domain) == domain
+            )
             raise errors.NotImplemented(
                 f"{_describe_proto(p)}: operator {p.op_type} does not exist at opset {opset} of domain "
-                f"'{domain or 'ai.onnx'}' (it first appears at opset {later.since_version})"
+                f"'{domain or 'ai.onnx'}' (it first appears at opset {first})"
             )
         return  # unknown here (a local function, a contrib op): checked once resolved
     what = f"the {p.op_type} schema (opset {opset})"
@@ -131,9 +141,18 @@ def _validate_proto(p: onnx.NodeProto, versions: dict[str, int]) -> None:
         if a.name in seen:
             raise InvalidGraph(f"{_describe_proto(p)} has attribute '{a.name}' twice")
         seen.add(a.name)
+    for a in p.attribute:
         declared = schema.attributes.get(a.name)
-        if declared is None or a.ref_attr_name:
-            continue
+        if a.ref_attr_name or not a.type:
+            continue  # checked where references and types are read, with their own messages
+        if declared is None:
+            # An attribute the operator does not define is a mistake the kernel would ignore
+            # (ReduceSum-13 given axes=[1] reduced every axis); onnxruntime refuses it too.
+            known = sorted(schema.attributes)
+            raise InvalidGraph(
+                f"{_describe_proto(p)}: unrecognized attribute '{a.name}' for {what}"
+                + (f" (its attributes: {known})" if known else " (it takes no attributes)")
+            )
         want = int(declared.type)
         if want and a.type != want:
             raise InvalidGraph(

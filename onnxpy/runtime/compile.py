@@ -36,6 +36,9 @@ def model_opsets(model: ModelProto) -> dict[str, int]:
             )
         opsets[dom] = imp.version
     if not model.opset_import:
+        if model.ir_version >= 3:
+            # From IR 3 on a model must say which opsets it uses (onnxruntime refuses it too).
+            raise InvalidGraph(f"the model (IR version {model.ir_version}) imports no opset: opset_import is empty")
         opsets[""] = 1  # IR version < 3: the default domain at its first version
     return opsets
 

@@ -380,6 +380,17 @@ def test_conv_transpose_is_the_adjoint_of_conv() -> None:
     np.testing.assert_allclose(np.sum(y * g), np.sum(x * xt), rtol=1e-10)
 
 
+def test_conv_transpose_output_padding_must_be_less_than_the_stride() -> None:
+    # The spec: each output_padding below its stride (or dilation); a larger one only grew the
+    # output with zeros. onnxruntime refuses it too.
+    x, w = np.ones((1, 1, 2, 2), np.float32), np.ones((1, 1, 2, 2), np.float32)
+    with pytest.raises(
+        onnxpy.RuntimeException, match=r"output_padding \[1, 1\] must be >= 0 and less than max\(stride, dilation\)"
+    ):
+        _ours("ConvTranspose", {"X": x, "W": w}, output_padding=[1, 1])
+    assert _ours("ConvTranspose", {"X": x, "W": w}, strides=[2, 2], output_padding=[1, 1]).shape == (1, 1, 5, 5)
+
+
 def test_conv_transpose_float16() -> None:
     rng = np.random.default_rng(12)
     x = rng.standard_normal((1, 2, 4, 4)).astype(np.float16)

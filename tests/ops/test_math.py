@@ -265,14 +265,12 @@ def test_topk_small_k_of_a_long_axis_with_ties(dtype: Any) -> None:
     both("TopK", _topk_inputs(x, 5), 11, 2)
 
 
-@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn])
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16])  # TopK allows no float8 type
 def test_topk_of_ml_dtypes_with_nan_and_inf_ranks_like_float32(dtype: Any) -> None:
     # ml_dtypes' own sort loses values behind a NaN (5.0 went missing): the result must be the
     # float32 one, which onnxruntime gives for the same values in float32.
     skip_before_onnxruntime((1, 24), "ranks NaN first among TopK's smallest values (onnxpy and onnx.reference last)")
     x = np.array([[3, 1, 3, 2, 3, 0, np.nan, 5], [-np.inf, np.inf, np.nan, 0, -0.0, 0, 2, 2]], np.float32)
-    if dtype is ml_dtypes.float8_e4m3fn:
-        x[np.isinf(x)] = 448.0 * np.sign(x[np.isinf(x)])  # e4m3fn holds no infinity
     for largest in (0, 1):
         inputs = _topk_inputs(x.astype(dtype), 4)
         got = run_ours(node_model("TopK", inputs, 2, 11, largest=largest), inputs)

@@ -341,6 +341,58 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         onnxpy.InvalidGraph,
         "'inner'.*'ghost'",
     ),
+    # -- against the schema: what onnxruntime refuses and a kernel would have run wrongly -----------
+    (
+        "unrecognized-attribute",  # ReduceSum-13 takes its axes as an input: the attribute reduced all
+        lambda: make_model(
+            [helper.make_node("ReduceSum", ["x"], ["y"], name="sum", axes=[0])],
+            [vinfo("x", F, [4])],
+            [vinfo("y", F)],
+            opset=13,
+        ),
+        onnxpy.InvalidGraph,
+        r"'sum'.*unrecognized attribute 'axes'.*\['keepdims', 'noop_with_empty_axes'\]",
+    ),
+    (
+        "type-outside-the-schemas-list",  # Det of int8 gave 23 for det(diag(2, 3, 4))
+        lambda: make_model(
+            [helper.make_node("Det", ["x"], ["y"], name="det")],
+            [vinfo("x", TensorProto.INT8, [3, 3])],
+            [vinfo("y", TensorProto.INT8)],
+        ),
+        onnxpy.InvalidGraph,
+        r"'det'.*tensor\(int8\); expected one of T's types: .*tensor\(float\)",
+    ),
+    (
+        "if-branches-of-different-types",  # the output's type would depend on the condition
+        lambda: make_model(
+            [
+                helper.make_node(
+                    "If",
+                    ["c"],
+                    ["y"],
+                    name="pick",
+                    then_branch=helper.make_graph(
+                        [helper.make_node("Identity", ["x"], ["t"])], "t", [], [vinfo("t", F, [4])]
+                    ),
+                    else_branch=helper.make_graph(
+                        [helper.make_node("Cast", ["x"], ["e"], to=I64)], "e", [], [vinfo("e", I64, [4])]
+                    ),
+                )
+            ],
+            [vinfo("c", TensorProto.BOOL, []), vinfo("x", F, [4])],
+            [vinfo("y", F, [4])],
+        ),
+        onnxpy.InvalidGraph,
+        "'pick'.*tensor\\(float\\) in then_branch.*tensor\\(int64\\) in else_branch",
+    ),
+    ("no-opset-import", _edit(lambda m: m.ClearField("opset_import")), onnxpy.InvalidGraph, "imports no opset"),
+    (
+        "operator-before-its-first-opset",
+        lambda: make_model([helper.make_node("Celu", ["x"], ["y"])], [vinfo("x", F, [4])], [vinfo("y", F)], opset=11),
+        onnxpy.NotImplemented,
+        "Celu does not exist at opset 11.*first appears at opset 12",
+    ),
     # -- functions --------------------------------------------------------------------------------
     (
         "function-missing",

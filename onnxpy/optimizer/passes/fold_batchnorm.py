@@ -25,6 +25,8 @@ def _bn_params(graph: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
     scale, bias, mean, var = (constant(graph, n) for n in bn.inputs[1:5])
     if scale is None or bias is None or mean is None or var is None:
         return None
+    if not (scale.ndim == 1 and scale.shape == bias.shape == mean.shape == var.shape):
+        return None  # malformed: left to the kernel, whose error names the node
     eps = float(bn.attrs.get("epsilon", 1e-5))
     k = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
     s = bias.astype(np.float64) - mean.astype(np.float64) * k
