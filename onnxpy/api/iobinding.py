@@ -79,7 +79,9 @@ class IOBinding:
     def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
         """Bind a host array: read in place at each run when it is C-contiguous, converted once otherwise."""
         self._check_input_name(name)
-        self._inputs[name] = OrtValue.ortvalue_from_numpy(as_host_array(arr_on_cpu, f"bind_cpu_input('{name}')"))
+        value = OrtValue.ortvalue_from_numpy(as_host_array(arr_on_cpu, f"bind_cpu_input('{name}')"))
+        value._owner = arr_on_cpu  # the caller's object stays alive while bound, not only its memory
+        self._inputs[name] = value
 
     def bind_input(
         self,
@@ -286,6 +288,8 @@ class IOBinding:
                     f"output '{name}' is {_describe(value)}, but the bound buffer is {_describe(t)}; "
                     "nothing was written"
                 )
+            if not b.target._provider.writeable(t):  # made read-only since it was bound
+                raise InvalidArgument(f"output '{name}': the bound buffer is read-only now; nothing was written")
 
         with _scope(src):  # copies below are queued on the session's stream
             # 2. Settle aliasing before any write (not needed for a single buffer-bound output).

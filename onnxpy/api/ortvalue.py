@@ -82,7 +82,10 @@ def as_host_array(obj: Any, what: str) -> np.ndarray:
     """A numpy array for user data; lists and scalars are converted, str arrays become object,
     byte-swapped (big-endian) data native, by value."""
     if isinstance(obj, np.ndarray):
-        arr = obj
+        # A new array object over the same memory: the caller reassigning the array's shape or
+        # dtype afterwards must not change what was bound; a subclass (np.matrix keeps two
+        # dimensions through every reduction) is read as a plain array.
+        arr = obj.view(np.ndarray)
     else:
         try:
             arr = np.asarray(obj)
@@ -90,9 +93,21 @@ def as_host_array(obj: Any, what: str) -> np.ndarray:
             raise InvalidArgument(f"{what}: cannot convert {type(obj).__name__} to a numpy array: {e}") from None
     if arr.dtype.kind in ("U", "S"):
         arr = arr.astype(object)
+    elif arr.dtype.hasobject:
+        arr = _as_strings(arr)
     elif not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
+
+
+def _as_strings(arr: np.ndarray) -> np.ndarray:
+    """An object array as string tensor data: str and bytes values stay, any other value becomes
+    its str(), as onnxruntime converts it (None -> 'None')."""
+    if all(isinstance(v, (str, bytes)) for v in arr.flat):
+        return arr
+    out = np.empty(arr.shape, dtype=object)
+    out.flat[:] = [v if isinstance(v, (str, bytes)) else str(v) for v in arr.flat]
+    return out
 
 
 def _supported(dtype: np.dtype) -> bool:
@@ -252,7 +267,10 @@ class OrtValue:
             return None
         if isinstance(v, list):
             return [self._provider.to_host(x) for x in v]
-        return self._provider.to_host(v)
+        host = self._provider.to_host(v)
+        # A new array object over the same memory, as onnxruntime hands out: reassigning its
+        # shape must not reshape this value.
+        return host.view() if host is v and type(host) is np.ndarray else host
 
     def update_inplace(self, np_arr: Any) -> None:
         """Overwrite this tensor's values in place with a numpy array or another OrtValue.
@@ -346,6 +364,10 @@ class OrtValue:
 
 
 def _element_dtype(element_type: Any) -> np.dtype:
+    if element_type in (str, bytes, np.str_, np.bytes_, object) or (
+        isinstance(element_type, np.dtype) and element_type.kind in "USO"
+    ):
+        return np.dtype(object)  # string tensors hold Python strings, not fixed-width numpy text
     try:
         dt = dtypes.to_np_dtype(element_type)
         dtypes.elem_type(dt)

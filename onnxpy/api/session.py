@@ -456,7 +456,7 @@ class InferenceSession:
             spec = specs.get(name)
             if spec is None or value.__class__ is not np.ndarray or spec.kind != "tensor_type":
                 return None
-            if value.dtype.kind in ("U", "S") or not value.dtype.isnative:
+            if value.dtype.kind in ("U", "S", "O") or not value.dtype.isnative:
                 return None  # converted by the general path
             self._check_tensor(spec, value)
         for name in self._required:
@@ -644,8 +644,12 @@ class InferenceSession:
             if not isinstance(value, dict):
                 raise InvalidArgument(f"input '{name}' is {spec.type_str}: expected a dict, got {type(value).__name__}")
             return value
-        elif isinstance(value, np.ndarray) and (value.dtype.kind in ("U", "S") or not value.dtype.isnative):
-            arr = provider.from_host(as_host_array(value, f"input '{name}'"))  # str or byte-swapped data
+        elif isinstance(value, np.ndarray) and (
+            value.dtype.kind in ("U", "S", "O") or not value.dtype.isnative or type(value) is not np.ndarray
+        ):
+            # str, object (non-str values become their str()), byte-swapped data, or a subclass
+            # (np.matrix keeps two dimensions through every reduction): as a plain array.
+            arr = provider.from_host(as_host_array(value, f"input '{name}'"))
         elif provider.is_device_array(value):
             arr = value
         elif value is None:

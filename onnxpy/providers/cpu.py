@@ -5,9 +5,18 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .base import Provider
+
+# Sub-byte element types: onnxruntime packs them two (int4, float4) or four (int2) to a byte,
+# ml_dtypes stores one value per byte, so a caller's buffer of onnxruntime's size is too small.
+_SUB_BYTE = frozenset(
+    np.dtype(getattr(ml_dtypes, n))
+    for n in ("int4", "uint4", "int2", "uint2", "float4_e2m1fn")
+    if hasattr(ml_dtypes, n)
+)
 
 
 class CPUProvider(Provider):
@@ -28,6 +37,11 @@ class CPUProvider(Provider):
         dtype = np.dtype(dtype)
         if dtype.hasobject:
             raise TypeError("string tensors cannot be bound by pointer; bind a numpy array instead")
+        if dtype in _SUB_BYTE:
+            raise TypeError(
+                f"{dtype} tensors cannot be bound by pointer: onnxruntime's layout packs several values "
+                "to a byte, onnxpy's holds one per byte; bind a numpy array instead"
+            )
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
         nbytes = count * dtype.itemsize
         if nbytes == 0:
