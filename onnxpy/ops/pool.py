@@ -86,10 +86,6 @@ def _checked_setup(
     dilations = list(dilations) if dilations else [1] * nd
     begin, end, out = geometry(x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     ext = [(k - 1) * d + 1 for k, d in zip(kernel_shape, dilations)]
-    if any(b >= e or a >= e for b, a, e in zip(begin, end, ext)):
-        # Windows wholly in the padding have no value to pool (MaxPool gave -inf); onnxruntime
-        # refuses pads not smaller than the kernel.
-        raise ValueError(f"pads {begin + end} must be smaller than the kernel's extent {ext} on each axis")
     # Pads and kernel attributes size the padded copy and the output: check before allocating.
     padded = [*x.shape[:2], *(n + b + e + k for n, b, e, k in zip(x.shape[2:], begin, end, ext))]
     check_alloc(padded, x.dtype, ctx, "pooling (padded input)")

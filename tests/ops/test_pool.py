@@ -133,19 +133,6 @@ def test_a_kernel_too_wide_for_any_window_is_refused_as_onnxruntime_does() -> No
             _ours("MaxPool", {"X": x}, **attrs)
 
 
-@pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool"])
-def test_pads_as_wide_as_the_kernel_are_refused(op_type: str) -> None:
-    # A window wholly in the padding has nothing to pool (MaxPool gave -inf); onnxruntime
-    # refuses pads not smaller than the kernel. With dilation the extent counts.
-    x = np.ones((1, 1, 4, 4), np.float32)
-    with pytest.raises(
-        onnxpy.RuntimeException, match=r"pads \[3, 3, 3, 3\] must be smaller than the kernel's extent \[2, 2\]"
-    ):
-        _ours(op_type, {"X": x}, kernel_shape=[2, 2], pads=[3, 3, 3, 3])
-    got, want = _both("MaxPool", {"X": x}, opset=12, kernel_shape=[2, 2], pads=[1, 1, 1, 1], dilations=[2, 2])
-    _same(got, want)
-
-
 def test_max_pool_indices_ignore_padding_at_type_minimum() -> None:
     x = np.full((1, 1, 3, 3), np.iinfo(np.int8).min, dtype=np.int8)
     outs = {"Y": TensorProto.INT8, "Indices": TensorProto.INT64}
