@@ -1,7 +1,8 @@
 """The ``onnxpy`` command. With no arguments it runs the embedded demo model.
 
 Verbs (``onnxpy VERB --help``): info, run, bench, profile (onnxpy.tools.commands) and demo.
-Exit status: 0 success, 1 the model failed to load or run, 2 a command-line mistake.
+Exit status: 0 success, 1 the model failed to load or run, 2 a command-line mistake, 141 the
+reader of the output went away (``onnxpy info m.onnx | head``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+
+#: the status a shell reports for a writer killed by SIGPIPE (128 + 13)
+EXIT_BROKEN_PIPE = 141
 
 
 def demo_model_path() -> Path:
@@ -51,18 +55,34 @@ def run_demo(repeat: int = 20) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        status = _main(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # a closed pipe shows here rather than at interpreter exit
+        return status
+    except BrokenPipeError:
+        # The reader (``| head``) has all it wanted. Point stdout at devnull so that Python's
+        # final flush does not fail a second time, and leave without a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _main(args: list[str]) -> int:
     if not args:
         return run_demo()
-    parser = argparse.ArgumentParser(
-        prog="onnxpy", description="Run, inspect, benchmark and profile ONNX models with onnxpy."
-    )
-    sub = parser.add_subparsers(dest="verb", required=True)
-    demo = sub.add_parser("demo", help="run the embedded demo model (the default)")
-    demo.add_argument("--repeat", type=int, default=20)
+    from . import __version__
     from .api.errors import OnnxpyError
     from .tools import commands
 
+    parser = argparse.ArgumentParser(
+        prog="onnxpy", description="Run, inspect, benchmark and profile ONNX models with onnxpy."
+    )
+    parser.add_argument("--version", action="version", version=f"onnxpy {__version__}")
+    sub = parser.add_subparsers(dest="verb", required=True)
+    demo = sub.add_parser("demo", help="run the embedded demo model (the default)")
+    demo.add_argument(
+        "--repeat", type=commands.int_at_least(1), default=20, metavar="N", help="timed runs (default 20)"
+    )
     commands.add_verbs(sub)
     ns = parser.parse_args(args)
     if ns.verb == "demo":

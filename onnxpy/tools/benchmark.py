@@ -199,14 +199,14 @@ class LatencyStats:
     p90_ms: float
     p99_ms: float
     max_ms: float
-    #: samples per second at the mean latency (batch / mean)
-    throughput: float
+    #: samples per second at the mean latency (batch / mean); None when the inputs have no batch
+    throughput: float | None
 
     def as_dict(self) -> dict[str, float]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
-def latency_stats(seconds: Sequence[float], batch: int = 1) -> LatencyStats:
+def latency_stats(seconds: Sequence[float], batch: int | None = 1) -> LatencyStats:
     a = np.asarray(seconds, dtype=np.float64) * 1e3
     if a.size == 0:
         raise ValueError("no timings")
@@ -219,12 +219,110 @@ def latency_stats(seconds: Sequence[float], batch: int = 1) -> LatencyStats:
         p90_ms=float(np.percentile(a, 90)),
         p99_ms=float(np.percentile(a, 99)),
         max_ms=float(a.max()),
-        throughput=batch * 1e3 / mean if mean > 0 else math.inf,
+        throughput=None if batch is None else (batch * 1e3 / mean if mean > 0 else math.inf),
     )
 
 
+#: outputs agree when every float output is within this much of onnxruntime's, relative to the
+#: output's largest magnitude (the README's accuracy claim); other types must be equal
+AGREE_RTOL = 1e-4
+
+
+@dataclass
+class OutputComparison:
+    """How the outputs of two runtimes compare (``compare_outputs``)."""
+
+    #: over the float outputs: max |a-b|, and that relative to the output's largest magnitude
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    #: elements where exactly one runtime produced NaN
+    nan_mismatches: int = 0
+    #: one line per output that does not compare: dtype, shape or kind mismatch, unequal values
+    problems: list[str] = field(default_factory=list)
+    rtol: float = AGREE_RTOL
+
+    @property
+    def agree(self) -> bool:
+        return not self.problems and not self.nan_mismatches and self.max_rel <= self.rtol
+
+
+def compare_outputs(
+    a: Sequence[Any], b: Sequence[Any], names: Sequence[str] | None = None, rtol: float = AGREE_RTOL
+) -> OutputComparison:
+    """Compare the outputs ``a`` of one runtime with ``b`` of the reference, output by output."""
+    res = OutputComparison(rtol=rtol)
+    names = list(names) if names is not None else [f"output {i}" for i in range(len(b))]
+    if len(a) != len(b):
+        res.problems.append(f"{len(a)} outputs vs {len(b)}")
+    for name, x, y in zip(names, a, b):
+        _compare_value(name, x, y, res)
+    return res
+
+
+def _compare_value(name: str, x: Any, y: Any, res: OutputComparison) -> None:
+    if isinstance(x, list) and isinstance(y, list):
+        if len(x) != len(y):
+            res.problems.append(f"{name}: sequence of {len(x)} vs {len(y)}")
+        for i, (xi, yi) in enumerate(zip(x, y)):
+            _compare_value(f"{name}[{i}]", xi, yi, res)
+        return
+    if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)):
+        if (x is None) != (y is None) or type(x) is not type(y):
+            res.problems.append(f"{name}: {_kind(x)} vs {_kind(y)}")
+        return
+    if x.dtype != y.dtype:
+        res.problems.append(f"{name}: dtype {x.dtype} vs {y.dtype}")
+    if x.shape != y.shape:
+        res.problems.append(f"{name}: shape {list(x.shape)} vs {list(y.shape)}")
+        return
+    if x.size == 0:
+        return
+    if x.dtype.kind in "fc" or y.dtype.kind in "fc" or _is_ml_float(x.dtype) or _is_ml_float(y.dtype):
+        _compare_floats(x.astype(np.complex128 if "c" in x.dtype.kind + y.dtype.kind else np.float64), y, res)
+        return
+    unequal = int(np.count_nonzero(_as_comparable(x) != _as_comparable(y)))
+    if unequal:
+        res.problems.append(f"{name}: {unequal} of {x.size} values differ")
+
+
+def _compare_floats(xf: np.ndarray, y: np.ndarray, res: OutputComparison) -> None:
+    yf = y.astype(xf.dtype)
+    xnan, ynan = np.isnan(xf), np.isnan(yf)
+    res.nan_mismatches += int(np.count_nonzero(xnan != ynan))
+    with np.errstate(invalid="ignore"):
+        # Equal values (infinities included) and NaN on both sides differ by 0.
+        d = np.where((xf == yf) | (xnan & ynan), 0.0, np.abs(xf - yf))
+    d = np.where(xnan != ynan, 0.0, d)  # counted above, not as a size
+    diff = float(d.max())
+    finite = np.abs(yf[np.isfinite(yf)])
+    scale = max(float(finite.max()) if finite.size else 0.0, 1e-30)
+    res.max_abs = max(res.max_abs, diff)
+    res.max_rel = max(res.max_rel, diff / scale)
+
+
+def _is_ml_float(dt: np.dtype) -> bool:
+    return dt.kind == "V"  # bfloat16 and float8 (ml_dtypes) are "V" to numpy
+
+
+def _as_comparable(a: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "OSU":
+        return np.array([x.decode() if isinstance(x, bytes) else str(x) for x in a.ravel()], dtype=object)
+    return a.ravel()
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, list):
+        return "sequence"
+    return "tensor" if isinstance(v, np.ndarray) else type(v).__name__
+
+
 def max_difference(a: Sequence[Any], b: Sequence[Any]) -> tuple[float, float] | None:
-    """(max |a-b|, max |a-b| / max(|b|, tiny)) over the numeric outputs; None if none compare."""
+    """(max |a-b|, max |a-b| / max(|b|, tiny)) over the numeric outputs; None if none compare.
+
+    A shape mismatch, or NaN on one side only, is (inf, inf).
+    """
     worst_abs = worst_rel = 0.0
     compared = False
     for x, y in zip(a, b):
@@ -235,6 +333,8 @@ def max_difference(a: Sequence[Any], b: Sequence[Any]) -> tuple[float, float] | 
         if x.dtype.kind not in "biufc" or x.size == 0:
             continue
         xf, yf = x.astype(np.float64), y.astype(np.float64)
+        if np.count_nonzero(np.isnan(xf) != np.isnan(yf)):
+            return (math.inf, math.inf)
         both_nan = np.isnan(xf) & np.isnan(yf)
         d = np.where(both_nan, 0.0, np.abs(xf - yf))
         diff = float(np.nanmax(d))

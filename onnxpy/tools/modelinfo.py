@@ -75,6 +75,19 @@ def _graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
                     yield from _graphs(sub)
 
 
+#: operators whose outputs differ from one run (and one runtime) to the next
+RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+
+
+def random_operators(model: onnx.ModelProto) -> list[str]:
+    """The random operators the model uses (subgraphs included), sorted."""
+    found = {n.op_type for g in _graphs(model.graph) for n in g.node if _norm(n.domain) == ""}
+    found |= {n.op_type for f in model.functions for n in f.node if _norm(n.domain) == ""}
+    return sorted(found & RANDOM_OPS)
+
+
 def _norm(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxpy.tools.benchmark import geomean, latency_stats, max_difference
-from onnxpy.tools.feeds import UsageError, gather_bounds, make_feeds, model_inputs, resolve_shapes
+from onnxpy.tools.feeds import UsageError, gather_bounds, make_feeds, model_inputs, parse_assignments, resolve_shapes
 from onnxpy.tools.table import format_table
 from tests.helpers import make_model, vinfo
 
@@ -107,3 +107,64 @@ def test_time_interleaved_max_calls_cuts_the_last_block_short() -> None:
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
     # Round 2 settles with one call each, then times only the one call still owed.
     assert "".join(log) == "aaa" + "bbb" + "bb" + "aa"
+
+
+def test_random_indices_follow_casts_and_constant_tables() -> None:
+    # The ids reach the Gather through Cast and Reshape; the table is a Constant node.
+    table = onnx.numpy_helper.from_array(np.zeros((5, 2), np.float32))
+    model = make_model(
+        [
+            helper.make_node("Constant", [], ["table"], value=table),
+            helper.make_node("Cast", ["ids"], ["ids32"], to=TensorProto.INT32),
+            helper.make_node("Reshape", ["ids32", "flat"], ["ids_flat"]),
+            helper.make_node("Gather", ["table", "ids_flat"], ["y"]),
+        ],
+        [vinfo("ids", TensorProto.INT64, [40, 10])],
+        [vinfo("y", TensorProto.FLOAT, None)],
+        initializers={"flat": np.array([-1], np.int64)},
+    )
+    assert gather_bounds(model)["ids"] == 5
+    ids = make_feeds(model, seed=3).arrays["ids"]
+    assert ids.min() >= 0 and ids.max() < 5 and len(np.unique(ids)) > 1
+
+
+def test_the_batch_fed_is_the_one_the_files_decided(tmp_path: Path) -> None:
+    np.save(tmp_path / "ids.npy", np.zeros((3, 9), np.int64))
+    feeds = make_feeds(embedding_model(), files={"ids": str(tmp_path / "ids.npy")}, batch=8)
+    # 'b' comes from the file (3); the unnamed first axis of 'scale' takes --batch 8
+    assert feeds.arrays["scale"].shape == (8, 9, 1) and feeds.batch == 8
+    fixed = make_model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x", shape=["n", 3])], [vinfo("y")])
+    np.save(tmp_path / "x.npy", np.zeros((4, 3), np.float32))
+    feeds = make_feeds(fixed, files={"x": str(tmp_path / "x.npy")}, batch=8)
+    assert feeds.batch == 4 and any("--batch 8 ignored" in n for n in feeds.notes)
+    scalar = make_model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x", shape=[])], [vinfo("y")])
+    assert make_feeds(scalar, batch=8).batch is None
+    assert make_feeds(scalar).batch is None
+
+
+def test_assignments_split_at_the_first_equals_unless_a_name_holds_one() -> None:
+    assert parse_assignments(["x=a=b.npy"], "--input") == {"x": "a=b.npy"}
+    assert parse_assignments(["a=b=x.npy"], "--input", ["a=b"]) == {"a=b": "x.npy"}
+    with pytest.raises(UsageError, match="NAME=VALUE"):
+        parse_assignments(["x="], "--input")
+
+
+def test_compare_outputs_states_agreement_against_a_tolerance() -> None:
+    from onnxpy.tools.benchmark import compare_outputs
+
+    a = np.array([1.0, 2.0, 100.0], np.float32)
+    assert compare_outputs([a], [a + 1e-3]).agree  # 1e-5 of the largest value
+    c = compare_outputs([a], [a + 1.0])
+    assert not c.agree and c.max_abs == pytest.approx(1.0)
+    nan = np.array([1.0, np.nan, 3.0], np.float32)
+    c = compare_outputs([nan], [np.array([1.0, 2.0, 3.0], np.float32)])
+    assert c.nan_mismatches == 1 and not c.agree
+    assert compare_outputs([nan], [nan.copy()]).agree
+    c = compare_outputs([a], [a.astype(np.float64)], ["y"])
+    assert c.problems == ["y: dtype float32 vs float64"] and not c.agree
+    c = compare_outputs([np.array([1, 2], np.int64)], [np.array([1, 3], np.int64)], ["i"])
+    assert c.problems == ["i: 1 of 2 values differ"]
+    assert compare_outputs([np.zeros(2)], [np.zeros(3)], ["z"]).problems == ["z: shape [2] vs [3]"]
+    inf = np.array([np.inf, 1.0])
+    assert compare_outputs([inf], [inf.copy()]).agree
+    assert max_difference([nan], [np.array([1.0, 2.0, 3.0], np.float32)]) == (float("inf"), float("inf"))
