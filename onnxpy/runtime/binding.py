@@ -31,6 +31,17 @@ def _schema(op_type: str, opset: int, domain: str) -> Any:
         return None
 
 
+@functools.cache
+def schema_versions(domain: str, op_type: str) -> tuple[Any, ...]:
+    """Every version of an operator's schema (scanning onnx's history takes about 20 ms, so it
+    is done once per operator, and only when a check needs it)."""
+    return tuple(
+        s
+        for s in onnx.defs.get_all_schemas_with_history()
+        if s.name == op_type and normalize_domain(s.domain) == normalize_domain(domain)
+    )
+
+
 _UNBOUNDED = 2**31 - 1
 
 
@@ -107,11 +118,7 @@ def _validate_proto(p: onnx.NodeProto, versions: dict[str, int]) -> None:
             # An onnx operator used at an opset where it does not exist yet (or an opset that is
             # not one): never runnable, and unchecked by the schema -- refuse it now. (A kernel
             # registered that early is onnxruntime's own ai.onnx version: LayerNormalization-1.)
-            first = min(
-                s.since_version
-                for s in onnx.defs.get_all_schemas_with_history()
-                if s.name == p.op_type and normalize_domain(s.domain) == domain
-            )
+            first = min(s.since_version for s in schema_versions(domain, p.op_type))
             raise errors.NotImplemented(
                 f"{_describe_proto(p)}: operator {p.op_type} does not exist at opset {opset} of domain "
                 f"'{domain or 'ai.onnx'}' (it first appears at opset {first})"

@@ -27,7 +27,7 @@ from onnx import defs
 from ..api.errors import InvalidGraph
 from ..ir.graph import Graph, Node, iter_graphs
 from ..model import dtypes
-from .binding import schema_for
+from .binding import schema_for, schema_versions
 
 # Types onnxpy runs beyond every version of a schema on purpose, where the kernel computes
 # them exactly as their float32 values: (op_type, type variable) -> types.
@@ -45,9 +45,7 @@ def _types_at_any_version(domain: str, op_type: str, side: str, formal: str) -> 
     type variable is renamed between versions): the kernels serve the operator, not one of
     its versions."""
     found: set[str] = set()
-    for s in defs.get_all_schemas_with_history():
-        if s.name != op_type or s.domain != domain:
-            continue
+    for s in schema_versions(domain, op_type):
         variables = {c.type_param_str: c.allowed_type_strs for c in s.type_constraints}
         for f in s.inputs if side == "input" else s.outputs:
             if f.name == formal:
