@@ -272,6 +272,32 @@ def test_multi_head_attention(rng: np.random.Generator) -> None:
     _compare("MultiHeadAttention", half, num_heads=2)
 
 
+def test_multi_head_attention_causal_with_another_key_length(rng: np.random.Generator) -> None:
+    # The causal diagonal sits past the cached keys only (none here), and future keys get
+    # mask_filter_value: with fewer keys than queries the last rows see them all, not NaN.
+    feeds = {"query": _rand(rng, 1, 4, 4), "key": _rand(rng, 1, 2, 4), "value": _rand(rng, 1, 2, 4)}
+    want, got = _run("MultiHeadAttention", feeds, num_heads=1, unidirectional=1)
+    assert np.isfinite(got[0]).all()
+    _close(want, got)
+    # More keys than queries: query i sees keys 0..i (read off uniform scores and one-hot
+    # values). onnxruntime 1.32 agrees on every row but the last, which it lets see all keys.
+    q, k, v = np.zeros((1, 3, 5), np.float32), np.zeros((1, 5, 5), np.float32), np.eye(5, dtype=np.float32)[None]
+    (y,) = _ours("MultiHeadAttention", {"query": q, "key": k, "value": v}, num_heads=1, unidirectional=1)
+    np.testing.assert_allclose(y[0], np.tril(np.ones((3, 5))) / np.arange(1, 4)[:, None], rtol=1e-6)
+
+
+def test_attention_refuses_no_heads_and_negative_mask_lengths(rng: np.random.Generator) -> None:
+    x, w = _rand(rng, 1, 3, 4), _rand(rng, 4, 12)
+    with pytest.raises(onnxpy.RuntimeException, match="num_heads must be positive, got 0"):
+        _ours("Attention", {"input": x, "weights": w}, num_heads=0)
+    feeds = {"query": x, "key": x, "value": x}
+    with pytest.raises(onnxpy.RuntimeException, match="num_heads must be positive, got 0"):
+        _ours("MultiHeadAttention", feeds, num_heads=0)
+    lengths = np.array([-1], np.int32)  # onnxruntime refuses it; every key was masked silently
+    with pytest.raises(onnxpy.RuntimeException, match=r"mask_index holds negative lengths or positions: \[-1\]"):
+        _ours("Attention", {"input": x, "weights": w, "bias": None, "mask_index": lengths}, num_heads=2)
+
+
 def test_multi_head_attention_packed_formats(rng: np.random.Generator) -> None:
     # onnxruntime's CPU provider refuses packed Q/K/V: compare with the unpacked inputs.
     b, s, n, h = 2, 4, 2, 3

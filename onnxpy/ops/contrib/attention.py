@@ -22,7 +22,7 @@ from ..nn import rotary_embedding as _rotary
 from ..registry import op
 from . import DOMAIN
 from .quant import _F32, _int_matmul_to_float, _per_column, _scalar
-from .transformer import _attend, _ln_last, _lookup, _mask_bias, _n_outputs, _split_heads
+from .transformer import _attend, _check_heads, _ln_last, _lookup, _mask_bias, _n_outputs, _split_heads
 
 # -- QAttention ----------------------------------------------------------------------------------
 
@@ -49,6 +49,7 @@ def q_attention(
     ctx: Any = None,
 ) -> Any:
     name = "QAttention"
+    _check_heads(num_heads, name)
     if do_rotary or past_present_share_buffer:
         raise ValueError(f"{name}: do_rotary and past_present_share_buffer are not supported")
     if input.ndim != 3:

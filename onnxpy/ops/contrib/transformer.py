@@ -359,6 +359,8 @@ def _mask_bias(
     m = np.asarray(mask) if xp is np else mask.get()
     j = np.arange(total)
     if m.ndim == 1 and m.shape[0] in (b, 2 * b):
+        if (m < 0).any():  # onnxruntime refuses them; here every key was masked, silently
+            raise ValueError(f"{op_name}: {what} holds negative lengths or positions: {m.tolist()}")
         ends = m[:b].reshape(b, 1)
         allowed = j < ends
         if m.shape[0] == 2 * b:
@@ -387,9 +389,12 @@ def _attend(
     scale: float | None,
     biases: list[Any],
     unidirectional: int,
+    past: int | None = None,
+    causal_fill: float = -np.inf,
 ) -> Any:
-    """softmax(Q K^T * scale + biases) V on (B, heads, S|T, size) float arrays, causal when asked;
-    returns (B, S, heads * v_size)."""
+    """softmax(Q K^T * scale + biases) V on (B, heads, S|T, size) float arrays, causal when asked
+    (query i sits at position ``past`` + i, by default the keys beyond the queries; a future key
+    gets ``causal_fill``); returns (B, S, heads * v_size)."""
     b, n, s, h = q.shape
     total = k.shape[2]
     sc = 1.0 / math.sqrt(h) if scale is None or scale == 0.0 else float(scale)
@@ -397,14 +402,20 @@ def _attend(
     for bias in biases:
         scores = scores + bias
     if unidirectional:
-        # Query i (at absolute position past + i) sees keys up to its own position; -inf, not
-        # mask_filter_value (onnxruntime's causal mask removes those keys entirely).
-        past = total - s
+        # Query i (at absolute position past + i) sees keys up to its own position. Attention
+        # removes the others (-inf, as onnxruntime); MultiHeadAttention gives them its
+        # mask_filter_value, so a query with no key before it is uniform, not NaN.
+        past = total - s if past is None else past
         future = np.arange(total)[None, :] > np.arange(s)[:, None] + past
-        scores = scores + xp.asarray(np.where(future, -np.inf, 0.0).astype(scores.dtype))
+        scores = scores + xp.asarray(np.where(future, causal_fill, 0.0).astype(scores.dtype))
     probs = _softmax(xp, scores, scores.ndim - 1, False)
     out = xp.matmul(probs, v)
     return out.transpose(0, 2, 1, 3).reshape(b, s, n * v.shape[3])
+
+
+def _check_heads(n: int, op_name: str) -> None:
+    if n <= 0:  # onnxruntime refuses it when loading; here it divided by zero
+        raise ValueError(f"{op_name}: num_heads must be positive, got {n}")
 
 
 def _split_heads(x: Any, n: int, what: str, op_name: str) -> Any:
@@ -444,6 +455,7 @@ def attention(
     ctx: Any = None,
 ) -> Any:
     name = "Attention"
+    _check_heads(num_heads, name)
     if do_rotary or past_present_share_buffer or past_sequence_length is not None:
         raise ValueError(f"{name}: do_rotary, past_present_share_buffer and past_sequence_length are not supported")
     if input.ndim != 3:
@@ -515,6 +527,7 @@ def multi_head_attention(
     ctx: Any = None,
 ) -> Any:
     name = "MultiHeadAttention"
+    _check_heads(num_heads, name)
     if past_sequence_length is not None or cache_indirection is not None:
         raise ValueError(f"{name}: past_sequence_length and cache_indirection (buffer sharing) are not supported")
     n = num_heads
@@ -592,7 +605,10 @@ def multi_head_attention(
         )
     if attention_bias is not None:
         biases.append(_attention_bias_check(attention_bias, b, n, s, total, name))
-    y = _attend(xp, q, k, v, scale, biases, unidirectional).astype(dt, copy=False)
+    # The causal diagonal sits past the cached keys only (onnxruntime), whatever key length
+    # the current call brings.
+    past_len = 0 if past_key is None else int(past_key.shape[2])
+    y = _attend(xp, q, k, v, scale, biases, unidirectional, past_len, mask_filter_value).astype(dt, copy=False)
     n_out = _n_outputs(ctx)
     if n_out > 3:
         raise ValueError(f"{name}: the qk output is not supported")
