@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import pool
-from .._compat import normalize_axes, normalize_axis
+from .._compat import host_scalar, normalize_axes, normalize_axis
 from .._derived import derived
 from ..quant import (
     _F32,
@@ -237,10 +237,11 @@ def qlinear_concat(xp: Any, Y_scale: Any, Y_zero_point: Any, *inputs: Any, axis:
         )
     dt = _byte_type("QLinearConcat", Y_zero_point, *inputs[0::3], *inputs[2::3])
     ys, yz = _scalar(Y_scale, "Y_scale"), _scalar(Y_zero_point, "Y_zero_point")
+    y_params = (host_scalar(ys), host_scalar(yz))  # read on the host (device scalars are copied)
     parts = []
     for i in range(0, len(inputs), 3):
         x, s, z = inputs[i : i + 3]
-        same = float(_scalar(s, f"input {i // 3}'s scale")) == float(ys) and int(z.reshape(())) == int(yz)
+        same = (host_scalar(_scalar(s, f"input {i // 3}'s scale")), host_scalar(z)) == y_params
         parts.append(x if same else _requantize_table(xp, x, s, z, ys, yz, dt, f"input {i // 3}"))
     return xp.concatenate(parts, axis=normalize_axis(axis, inputs[0].ndim))
 

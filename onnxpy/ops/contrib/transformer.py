@@ -341,8 +341,10 @@ def embed_layer_norm(
 
 def _lookup(xp: Any, table: Any, ids: Any, what: str, table_name: str) -> Any:
     rows = table.shape[0]
-    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= rows):
-        raise IndexError(f"EmbedLayerNormalization: {what} must lie in [0, {rows}) (the rows of {table_name})")
+    if ids.size:
+        lo, hi = host_ints(xp.stack([ids.min(), ids.max()]))  # one device-to-host read
+        if lo < 0 or hi >= rows:
+            raise IndexError(f"EmbedLayerNormalization: {what} must lie in [0, {rows}) (the rows of {table_name})")
     return table[ids]
 
 
@@ -356,7 +358,8 @@ def _mask_bias(
     (mask_filter_value) where a key is masked, 0 elsewhere. Formats: (B) lengths of right-padded
     keys, (2B) exclusive ends then inclusive starts, (B, total) or (B, kv_len) and (B, S, total)
     with 0 for masked."""
-    m = np.asarray(mask) if xp is np else mask.get()
+    # A host input: a host array where the mask is a constant, a device array where it is fed.
+    m = mask.get() if hasattr(mask, "get") and not isinstance(mask, np.ndarray) else np.asarray(mask)
     j = np.arange(total)
     if m.ndim == 1 and m.shape[0] in (b, 2 * b):
         if (m < 0).any():  # onnxruntime refuses them; here every key was masked, silently
