@@ -177,7 +177,7 @@ class SessionOptions:
         self.enable_mem_pattern: bool = True
         self.enable_mem_reuse: bool = True
         self.use_deterministic_compute: bool = False
-        #: accepted for compatibility: onnxpy has no global thread pool to share
+        #: False: the intra-op thread count comes from onnxpy.set_global_thread_pool_sizes
         self.use_per_session_threads: bool = True
         self._config: dict[str, str] = {}
         self._free_dim_by_name: dict[str, int] = {}

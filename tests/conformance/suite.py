@@ -76,10 +76,12 @@ def _array(v: Any) -> Any:
     return v
 
 
-def run_case(case: Any) -> None:
-    import onnxpy
+def run_case(case: Any, runtime: Any = None) -> None:
+    """Run one case through ``runtime`` (a module with onnxruntime's API; onnxpy by default)."""
+    if runtime is None:
+        import onnxpy as runtime
 
-    sess = onnxpy.InferenceSession(case.model.SerializeToString())
+    sess = runtime.InferenceSession(case.model.SerializeToString(), providers=["CPUExecutionProvider"])
     input_names = [i.name for i in case.model.graph.input]
     output_names = [o.name for o in case.model.graph.output]
     rtol = max(case.rtol, 1e-3)
