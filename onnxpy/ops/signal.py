@@ -189,6 +189,13 @@ def mel_weight_matrix(
     low_mel, high_mel = _hz_to_mel(low), _hz_to_mel(high)
     mels = low_mel + np.arange(n_mel + 2) * (high_mel - low_mel) / (n_mel + 2)
     edges = np.floor((n_dft + 1) * _mel_to_hz(mels) / rate).astype(np.int64)
+    if edges[-1] >= n_bins:
+        # The top triangle would end past the spectrum's last bin and be cut off silently
+        # (onnxruntime refuses it too: the edge is above the Nyquist frequency, sample_rate / 2).
+        raise ValueError(
+            f"MelWeightMatrix: upper_edge_hertz {high} lands in bin {int(edges[-1])}, past the {n_bins} bins of "
+            f"a {n_dft}-point spectrum at sample_rate {rate} (keep it at most sample_rate / 2)"
+        )
     k = np.arange(n_bins)[:, None]
     lo, mid, hi = edges[None, :-2], edges[None, 1:-1], edges[None, 2:]
     up = np.where(mid > lo, (k - lo) / np.where(mid > lo, mid - lo, 1), 1.0)
@@ -210,12 +217,16 @@ def _cosine_window(
     out_dtype = dtypes.np_dtype(output_datatype)
     check_alloc([n], out_dtype, ctx, what)
     denom = n if periodic else n - 1
-    if denom <= 0:
-        w = np.ones(n)
-    else:
-        phase = 2.0 * np.pi * np.arange(n) / denom
-        w = sum(((-1) ** i) * c * np.cos(i * phase) for i, c in enumerate(coeffs))
-    return xp.asarray(np.asarray(w, dtype=np.float64).astype(out_dtype))
+    # Computed in float64 and rounded once. An integer output passes through float32 first, the
+    # spec's computing type: its truncating cast then sees Blackman's centre (0.42 + 0.5 + 0.08)
+    # as 1, as onnxruntime does, not float64's 0.9999999999999999. A symmetric window of size 1
+    # divides by zero in the spec's function body: NaN, as onnxruntime gives.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phase = 2.0 * np.pi * np.arange(n) / np.float64(denom)
+        w = np.asarray(sum(((-1) ** i) * c * np.cos(i * phase) for i, c in enumerate(coeffs)), dtype=np.float64)
+        if out_dtype.kind not in "fV":
+            w = w.astype(np.float32)
+        return xp.asarray(w.astype(out_dtype))
 
 
 @op("HannWindow", 17, host_inputs=(0,))

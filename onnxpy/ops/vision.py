@@ -41,12 +41,16 @@ def _compute_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def _cast_result(xp: Any, y: Any, dtype: np.dtype) -> Any:
-    """Interpolated values back to the input type; integers truncate toward zero (as onnxruntime)."""
+    """Interpolated values back to the input type; integers truncate toward zero (as onnxruntime),
+    except a value within 1e-3 of an integer, which is that integer: weights summing to 1 over a
+    constant 127 gave 126.99999 in float arithmetic, and truncating made it 126."""
     if y.dtype == dtype:
         return y
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
-        y = xp.clip(xp.trunc(y), float(info.min), float(info.max))
+        nearest = xp.rint(y)
+        y = xp.where(xp.abs(y - nearest) < 1e-3, nearest, xp.trunc(y))
+        y = xp.clip(y, float(info.min), float(info.max))
     elif dtype.kind == "b":
         return y != 0
     return y.astype(dtype)

@@ -216,8 +216,41 @@ def test_windows(op: str, periodic: int, size: int) -> None:
         }[op]
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(got, theirs(op, inputs, 17, periodic=periodic), rtol=1e-5, atol=1e-6)
+    else:
+        # A symmetric window of size 1 divides by size - 1 = 0 in the spec's function body: NaN,
+        # as onnxruntime gives (onnxpy gave 1.0).
+        assert np.isnan(got).all() and np.isnan(theirs(op, inputs, 17, periodic=periodic)).all()
     assert got.shape == (size,)
     assert got.dtype == np.float32
+
+
+@pytest.mark.parametrize("size", [7, 8, 10])
+@pytest.mark.parametrize("out_type", [TensorProto.INT8, TensorProto.UINT8, TensorProto.INT32, TensorProto.INT64])
+def test_blackman_window_to_integers_keeps_its_centre_one(size: int, out_type: int) -> None:
+    # The spec computes in float32, where 0.42 + 0.5 + 0.08 is 1.0 and truncates to 1; from
+    # float64's 0.9999999999999999 it truncated to 0.
+    inputs = {"size": np.array(size, np.int64)}
+    periodic = int(size % 2 == 0)
+    got = ours("BlackmanWindow", inputs, 17, periodic=periodic, output_datatype=out_type)
+    assert got.tolist() == theirs("BlackmanWindow", inputs, 17, periodic=periodic, output_datatype=out_type).tolist()
+    assert got.sum() == 1
+
+
+def test_mel_weight_matrix_refuses_an_upper_edge_past_the_spectrum() -> None:
+    # The top triangle would have been cut off silently; onnxruntime refuses it too.
+    inputs = {
+        "num_mel_bins": np.array(8, np.int64),
+        "dft_length": np.array(64, np.int64),
+        "sample_rate": np.array(8000, np.int64),
+        "lower_edge_hertz": np.array(800.0, np.float32),
+        "upper_edge_hertz": np.array(5200.0, np.float32),
+    }
+    with pytest.raises(onnxpy.RuntimeException, match="upper_edge_hertz 5200.0 lands in bin 36, past the 33 bins"):
+        ours("MelWeightMatrix", inputs, 17)
+    with pytest.raises(Exception):  # noqa: B017, PT011 - onnxruntime's own error class
+        theirs("MelWeightMatrix", inputs, 17)
+    inputs["upper_edge_hertz"] = np.array(4000.0, np.float32)  # the Nyquist frequency itself is fine
+    np.testing.assert_allclose(ours("MelWeightMatrix", inputs, 17), theirs("MelWeightMatrix", inputs, 17), atol=1e-6)
 
 
 def test_window_output_datatype() -> None:

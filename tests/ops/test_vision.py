@@ -649,3 +649,22 @@ def test_grid_sample_non_finite_coordinates(mode: str, padding: str) -> None:
         np.testing.assert_allclose(got[0, 0, 0, [0, 1, 3]], want[0, 0, 0, [0, 1, 3]], rtol=1e-6)
     if padding == "zeros":
         assert got[0, 0, 0, 0] == 0 and got[0, 0, 0, 1] == 0
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("scale", [0.6, 1.3, 2.5])
+def test_resize_of_a_constant_integer_image_stays_constant(mode: str, dtype: Any, scale: float) -> None:
+    # Weights summing to 1 over a constant 127 gave 126.99999 in float arithmetic, truncated to
+    # 126 (onnxruntime too, at some scales); onnx.reference keeps 127. Values within 1e-3 of an
+    # integer are that integer; others still truncate as onnxruntime does.
+    x = np.full((1, 1, 7, 9), 127, dtype)
+    scales = np.array([1, 1, scale, scale], np.float32)
+    (y,) = run_ours("Resize", {"X": x, "roi": None, "scales": scales}, 19, mode=mode)
+    assert y.dtype == dtype and np.unique(y).tolist() == [127]
+    ramp = (np.arange(63).reshape(1, 1, 7, 9) * 2).astype(dtype)
+    (z,) = run_ours("Resize", {"X": ramp, "roi": None, "scales": scales}, 19, mode="linear")
+    exact = run_ours("Resize", {"X": ramp.astype(np.float32), "roi": None, "scales": scales}, 19, mode="linear")[0]
+    near = np.abs(exact - np.rint(exact)) < 1e-3
+    np.testing.assert_array_equal(z[~near], np.trunc(exact[~near]).astype(dtype))
+    np.testing.assert_array_equal(z[near], np.rint(exact[near]).astype(dtype))
