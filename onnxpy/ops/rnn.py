@@ -340,26 +340,47 @@ def _lstm(
 ) -> tuple[Any, ...]:
     s = _Setup(xp, X, W, R, B, sequence_lens, hidden_size, direction, layout, 4, "LSTM")
     acts = _activations(xp, activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], s.num_dirs)
-    h0 = s.state(xp, initial_h, "LSTM initial_h")
-    c0 = s.state(xp, initial_c, "LSTM initial_c")
+    projections = [_input_proj(xp, s, d) for d in range(s.num_dirs)]
+    transposed = [s.r[d].T for d in range(s.num_dirs)]
+    recurrences = [lambda h, rt=rt: h @ rt for rt in transposed]
+    return lstm_steps(xp, s, projections, recurrences, acts, P, initial_h, initial_c, clip, input_forget, "LSTM")
+
+
+def lstm_steps(
+    xp: Any,
+    s: _Setup,
+    projections: list[Any],
+    recurrences: list[Any],
+    acts: list[Any],
+    P: Any,  # noqa: N803 - spec name
+    initial_h: Any,
+    initial_c: Any,
+    clip: float | None,
+    input_forget: int,
+    name: str,
+) -> tuple[Any, ...]:
+    """LSTM's recurrence per direction d: gates = projections[d][t] (the input's projection with
+    both biases, (T, B, 4H) in i, o, f, c order) + recurrences[d](h); shared by LSTM and
+    DynamicQuantizeLSTM, which differ only in how they multiply."""
+    h0 = s.state(xp, initial_h, f"{name} initial_h")
+    c0 = s.state(xp, initial_c, f"{name} initial_c")
     hsz = s.h
     if P is not None:
         if tuple(P.shape) != (s.num_dirs, 3 * hsz):
-            raise ValueError(f"LSTM: P must have shape [{s.num_dirs}, {3 * hsz}], got {list(P.shape)}")
+            raise ValueError(f"{name}: P must have shape [{s.num_dirs}, {3 * hsz}], got {list(P.shape)}")
         P = P.astype(s.cdt, copy=False)  # noqa: N806 - spec name
     masks = s.masks(xp)
     ys, hs, cs = [], [], []
     for d in range(s.num_dirs):
         f, g, hact = acts[d]
-        proj = _input_proj(xp, s, d)
-        rt = s.r[d].T
+        proj, recur = projections[d], recurrences[d]
         pi = po = pf = None
         if P is not None:
             pi, po, pf = P[d, :hsz], P[d, hsz : 2 * hsz], P[d, 2 * hsz :]
         h, c = h0[d], c0[d]
         y = xp.zeros((s.t, s.batch, hsz), dtype=s.cdt)
         for t in s.steps(d):
-            gates = proj[t] + h @ rt  # (B, 4H) in i, o, f, c order
+            gates = proj[t] + recur(h)  # (B, 4H) in i, o, f, c order
             gi = gates[:, :hsz]
             go = gates[:, hsz : 2 * hsz]
             gf = gates[:, 2 * hsz : 3 * hsz]

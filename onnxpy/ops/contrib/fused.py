@@ -343,49 +343,18 @@ def dynamic_quantize_lstm(
     if s.cdt != np.float32:
         raise ValueError(f"DynamicQuantizeLSTM: X must be float32, got {X.dtype}")
     acts = rnn._activations(xp, activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], s.num_dirs)
-    h0 = s.state(xp, initial_h, "DynamicQuantizeLSTM initial_h")
-    c0 = s.state(xp, initial_c, "DynamicQuantizeLSTM initial_c")
     hsz = s.h
-    if P is not None:
-        if tuple(P.shape) != (s.num_dirs, 3 * hsz):
-            raise ValueError(f"DynamicQuantizeLSTM: P must have shape [{s.num_dirs}, {3 * hsz}], got {list(P.shape)}")
-        P = P.astype(s.cdt, copy=False)  # noqa: N806 - spec name
-    masks = s.masks(xp)
     xq, x_scale, x_zp = dynamic_quantize_linear(xp, s.x.reshape(-1, s.x.shape[-1]))
-    ys, hs, cs = [], [], []
+    projections, recurrences = [], []
     for d in range(s.num_dirs):
-        f, g, hact = acts[d]
         w_scale = _per_column(W_scale[d], 4 * hsz, "W_scale") * x_scale
         proj = _int_matmul_to_float(xp, xq, x_zp, W[d], W_zero_point[d], w_scale, None, "DynamicQuantizeLSTM")
         proj = proj.reshape(s.t, s.batch, 4 * hsz)
         if s.wb is not None:
             proj += s.wb[d] + s.rb[d]
-        pi = po = pf = None
-        if P is not None:
-            pi, po, pf = P[d, :hsz], P[d, hsz : 2 * hsz], P[d, 2 * hsz :]
-        h, c = h0[d], c0[d]
-        y = xp.zeros((s.t, s.batch, hsz), dtype=s.cdt)
-        for t in s.steps(d):
-            gates = proj[t] + dynamic_quantize_matmul(xp, h, R[d], R_scale[d], R_zero_point[d])  # i, o, f, c
-            gi, go, gf, gc = (gates[:, k * hsz : (k + 1) * hsz] for k in range(4))
-            if pi is not None:
-                gi = gi + pi * c
-                gf = gf + pf * c
-            i = f(rnn._clip(xp, gi, clip))
-            forget = 1 - i if input_forget else f(rnn._clip(xp, gf, clip))
-            cn = forget * c + i * g(rnn._clip(xp, gc, clip))
-            if po is not None:
-                go = go + po * cn
-            hn = f(rnn._clip(xp, go, clip)) * hact(cn)
-            if masks is not None:
-                # Entries past their sequence's end keep their state and emit zeros.
-                hn = xp.where(masks[t], hn, h)
-                cn = xp.where(masks[t], cn, c)
-                y[t] = xp.where(masks[t], hn, 0)
-            else:
-                y[t] = hn
-            h, c = hn, cn
-        ys.append(y)
-        hs.append(h)
-        cs.append(c)
-    return s.outputs(xp, ys, [hs, cs])
+        projections.append(proj)
+        # Each step's hidden state is quantized afresh (DynamicQuantizeMatMul).
+        recurrences.append(lambda h, d=d: dynamic_quantize_matmul(xp, h, R[d], R_scale[d], R_zero_point[d]))
+    return rnn.lstm_steps(
+        xp, s, projections, recurrences, acts, P, initial_h, initial_c, clip, input_forget, "DynamicQuantizeLSTM"
+    )
