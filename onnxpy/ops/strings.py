@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,21 @@ def _map(fn: Any, arr: np.ndarray, dtype: Any = object) -> np.ndarray:
     return out
 
 
+def _per_code_point(text: str, change: Any) -> str:
+    """Case changed one code point at a time, as onnxruntime (towupper/towlower) does: a
+    character whose full mapping is several (ß -> SS, ﬁ -> FI) keeps itself, and the final-sigma
+    rule does not apply (ΣΑΣ -> σασ). Python's whole-string mapping differed on those."""
+    if text.isascii():
+        return change(text)
+    out = []
+    for c in text:
+        m = change(c)
+        if len(m) > 1 and all(unicodedata.combining(t) for t in m[1:]):
+            m = m[0]  # İ lowers to i plus a combining dot: the letter alone, as towlower gives
+        out.append(m if len(m) == 1 else c)
+    return "".join(out)
+
+
 @op("StringNormalizer", 10)
 def string_normalizer(
     xp: Any,
@@ -64,9 +80,9 @@ def string_normalizer(
             stop = {w.lower() for w in words}
             row = [w for w in row if w.lower() not in stop]
     if case_change_action == "LOWER":
-        row = [w.lower() for w in row]
+        row = [_per_code_point(w, str.lower) for w in row]
     elif case_change_action == "UPPER":
-        row = [w.upper() for w in row]
+        row = [_per_code_point(w, str.upper) for w in row]
     if not row:
         row = [""]  # the spec's empty value keeps one element
     out = np.empty(len(row), dtype=object)
@@ -127,17 +143,60 @@ _POSIX_CLASSES = {
 _POSIX = re.compile(r"\[:(\^?)([a-z]+):\]")
 
 
+# RE2's Perl classes are ASCII; Python's are Unicode unless re.ASCII, which would also make
+# (?i) ASCII-only (RE2 folds Unicode case: (?i)é matches É). So they are spelled out.
+_WORD = "0-9A-Za-z_"
+_SPACE = "\\t\\n\\f\\r "  # RE2's \s: no vertical tab
+_CLASS_ESCAPES = {"d": "0-9", "w": _WORD, "s": _SPACE}
+_ESCAPES = {
+    **{k: f"[{v}]" for k, v in _CLASS_ESCAPES.items()},
+    **{k.upper(): f"[^{v}]" for k, v in _CLASS_ESCAPES.items()},
+    "b": f"(?:(?<![{_WORD}])(?=[{_WORD}])|(?<=[{_WORD}])(?![{_WORD}]))",
+    "B": f"(?:(?<![{_WORD}])(?![{_WORD}])|(?<=[{_WORD}])(?=[{_WORD}]))",
+    "z": "\\Z",  # RE2's end of text is Python's \Z
+}
+# Python syntax RE2 does not have: refused, as onnxruntime refuses the pattern, rather than
+# matched with Python's meaning.
+_NOT_RE2 = {
+    "Z": "\\Z (RE2 spells the end of text \\z)",
+    "u": "\\u escapes (RE2 spells them \\x{hhhh})",
+    "U": "\\U escapes (RE2 spells them \\x{hhhhhhhh})",
+    "N": "\\N{name} escapes",
+}
+_REPEAT = re.compile(r"\{(\d+)(,(\d*))?\}")
+
+
 def _re2_to_python(pattern: str) -> str:
-    """RE2 syntax (the spec's) for Python's re: POSIX classes inside brackets ([[:alpha:]])
-    spelled out, which Python would read as a nested set and match something else silently.
-    A negated one ([[:^digit:]]) must stand alone in its brackets; it becomes [^0-9]."""
+    r"""RE2 syntax (the spec's) for Python's re, with RE2's meaning: POSIX classes inside
+    brackets ([[:alpha:]], which Python would read as a nested set) and the Perl classes \d \w
+    \s \b spelled out in ASCII; \z, \x{hh}, \Q...\E and (?<name>...) translated; '{' that does not
+    open a repetition is a literal, as in RE2. What RE2 refuses (lookarounds, backreferences,
+    possessive repeats, \Z, (?x)...) raises. A negated POSIX class ([[:^digit:]]) must stand
+    alone in its brackets; it becomes [^0-9]."""
     out: list[str] = []
     i, n = 0, len(pattern)
     while i < n:
         ch = pattern[i]
         if ch == "\\":
-            out.append(pattern[i : i + 2])
-            i += 2
+            i = _escape(pattern, i, out)
+            continue
+        if ch == "(" and pattern.startswith("(?", i):
+            i = _group(pattern, i, out)
+            continue
+        if ch == "{":
+            m = _REPEAT.match(pattern, i)
+            if m is None:
+                out.append("\\{")  # RE2: a brace that opens no repetition is itself
+                i += 1
+                continue
+            out.append(m.group(0))
+            i = m.end()
+            _no_possessive(pattern, i)
+            continue
+        if ch in "*+?":
+            out.append(ch)
+            i += 1
+            _no_possessive(pattern, i)
             continue
         if ch != "[":
             out.append(ch)
@@ -165,6 +224,13 @@ def _re2_to_python(pattern: str) -> str:
                     )
                 body.append(_posix(m.group(2), pattern))
                 j = m.end()
+            elif pattern[j] == "\\" and j + 1 < n and pattern[j + 1] in _CLASS_ESCAPES:
+                body.append(_CLASS_ESCAPES[pattern[j + 1]])
+                j += 2
+            elif pattern[j] == "\\" and j + 1 < n and pattern[j + 1] in "DWS":
+                raise ValueError(
+                    f"RegexFullMatch: \\{pattern[j + 1]} inside brackets is not supported, in pattern {pattern!r}"
+                )
             elif pattern[j] == "\\":
                 body.append(pattern[j : j + 2])
                 j += 2
@@ -176,6 +242,59 @@ def _re2_to_python(pattern: str) -> str:
     return "".join(out)
 
 
+def _escape(pattern: str, i: int, out: list[str]) -> int:
+    """Translate the escape at pattern[i] ('\\'); returns where the pattern goes on."""
+    c = pattern[i + 1 : i + 2]
+    if c in _ESCAPES:
+        out.append(_ESCAPES[c])
+        return i + 2
+    if c in _NOT_RE2 or c.isdigit() and c != "0":
+        what = _NOT_RE2.get(c, "backreferences")
+        raise ValueError(f"RegexFullMatch: {what} are not RE2 syntax, in pattern {pattern!r}")
+    if c == "x" and pattern.startswith("{", i + 2):
+        end = pattern.find("}", i + 3)
+        code = pattern[i + 3 : end] if end > 0 else ""
+        if not code or any(h not in "0123456789abcdefABCDEF" for h in code):
+            raise ValueError(f"RegexFullMatch: bad \\x{{...}} escape in pattern {pattern!r}")
+        out.append(re.escape(chr(int(code, 16))))
+        return end + 1
+    if c == "Q":  # \Q...\E: literal text
+        end = pattern.find("\\E", i + 2)
+        if end < 0:  # no \E: literal to the end
+            end = len(pattern)
+        out.append(re.escape(pattern[i + 2 : end]))
+        return end + 2
+    if c in "pP":
+        raise ValueError(
+            f"RegexFullMatch: Unicode classes (\\p...) are not supported by onnxpy, in pattern {pattern!r}"
+        )
+    out.append(pattern[i : i + 2])
+    return i + 2
+
+
+def _group(pattern: str, i: int, out: list[str]) -> int:
+    """A '(?' construct: named groups become Python's (?P<name>...); lookarounds, comments,
+    atomic groups and flags RE2 lacks are refused."""
+    rest = pattern[i + 2 :]
+    if rest.startswith("<") and not rest.startswith(("<=", "<!")):
+        out.append("(?P<")
+        return i + 3
+    if rest.startswith(("=", "!", "<=", "<!", "#", ">", "(")) or re.match(r"[-imsU]*x", rest):
+        raise ValueError(
+            f"RegexFullMatch: {pattern[i : i + 4]!r}... (lookaround, comment, atomic or conditional group, "
+            f"or the x flag) is not RE2 syntax, in pattern {pattern!r}"
+        )
+    if re.match(r"[-ims]*U", rest):
+        raise ValueError(f"RegexFullMatch: the U (ungreedy) flag is not supported by onnxpy, in pattern {pattern!r}")
+    out.append("(?")
+    return i + 2
+
+
+def _no_possessive(pattern: str, i: int) -> None:
+    if pattern.startswith("+", i):
+        raise ValueError(f"RegexFullMatch: possessive repeats (x++, x*+) are not RE2 syntax, in pattern {pattern!r}")
+
+
 def _posix(name: str, pattern: str) -> str:
     if name not in _POSIX_CLASSES:
         raise ValueError(f"RegexFullMatch: unknown POSIX class [:{name}:] in pattern {pattern!r}")
@@ -184,10 +303,9 @@ def _posix(name: str, pattern: str) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _compile(pattern: str) -> re.Pattern[str]:
-    """The pattern (RE2 syntax, as the spec says) as a Python regex with RE2's meaning: \\w, \\d,
-    \\s and \\b are ASCII in RE2 (Python's match any Unicode letter or digit by default)."""
+    """The pattern (RE2 syntax, as the spec says) as a Python regex with RE2's meaning."""
     try:
-        return re.compile(_re2_to_python(pattern), re.ASCII)
+        return re.compile(_re2_to_python(pattern))
     except re.error as e:
         raise ValueError(f"RegexFullMatch: invalid pattern {pattern!r}: {e}") from None
 

@@ -4,6 +4,7 @@ Shape, Size, Constant(OfShape), Identity, Cast(Like), Range, Expand, Tile, Pad."
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import ml_dtypes
@@ -426,18 +427,29 @@ def _is_int_type(dt: np.dtype) -> bool:
     return True
 
 
+# The number forms the spec names (plain and scientific) and C's strtod also reads: inf,
+# infinity and nan in any case, and hexadecimal with its 0x. ASCII digits only: Python's
+# float() also takes '1_000' and Arabic-Indic digits, and fromhex() read 'abc' as 2748.
+_DECIMAL = re.compile(r"\s*[+-]?(\d+\.?\d*(e[+-]?\d+)?|\.\d+(e[+-]?\d+)?|inf(inity)?|nan)\s*", re.IGNORECASE | re.ASCII)
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*", re.ASCII)
+_HEX = re.compile(r"\s*[+-]?0x[0-9a-f]*\.?[0-9a-f]*(p[+-]?\d+)?\s*", re.IGNORECASE | re.ASCII)
+
+
 def _parse_float(s: str) -> float:
-    try:
-        return float(s)  # accepts INF, +INF, -inf, NaN in any case, and scientific notation
-    except ValueError:
+    if _DECIMAL.fullmatch(s):
+        return float(s)
+    if _HEX.fullmatch(s):
         try:
             return float.fromhex(s.strip())
         except ValueError:
-            raise ValueError(f"Cast: cannot convert string {s!r} to a number") from None
+            pass
+    raise ValueError(f"Cast: cannot convert string {s!r} to a number")
 
 
 def _parse_int(s: str) -> int:
     try:
+        if not _INTEGER.fullmatch(s):
+            raise ValueError(s)
         return int(s.strip())
     except ValueError:
         f = _parse_float(s)  # "1e3" or "2.7": undefined by the spec; truncate like a float cast

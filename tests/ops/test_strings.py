@@ -13,7 +13,7 @@ from onnx import TensorProto
 
 from tests.helpers import skip_before_onnxruntime
 
-from .test_tensor import onnxpy_only, run_error, vs_ort
+from .test_tensor import node_model, onnxpy_only, run_error, run_ort, vs_ort
 
 S, F, I64, BOOL = TensorProto.STRING, TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
@@ -27,7 +27,12 @@ def _s(*v: Any) -> np.ndarray:
 
 def _normalize_oracle(words: list[str], stop: list[str], sensitive: int, action: str) -> list[str]:
     kept = [w for w in words if (w if sensitive else w.lower()) not in {(t if sensitive else t.lower()) for t in stop}]
-    kept = [{"LOWER": w.lower(), "UPPER": w.upper()}.get(action, w) for w in kept]
+
+    # One code point at a time, as onnxruntime's towupper/towlower: ß stays ß in upper case.
+    def one_by_one(w: str, change: Any) -> str:
+        return "".join(change(ch) if len(change(ch)) == 1 else ch for ch in w)
+
+    kept = [{"LOWER": one_by_one(w, str.lower), "UPPER": one_by_one(w, str.upper)}.get(action, w) for w in kept]
     return kept or [""]
 
 
@@ -50,6 +55,28 @@ def test_string_normalizer(action: str, sensitive: int, two_d: bool) -> None:
     want = _normalize_oracle(words, stop, sensitive, action)
     assert got.shape == ((1, len(want)) if two_d else (len(want),))
     assert got.reshape(-1).tolist() == want
+
+
+@pytest.mark.parametrize("action", ["LOWER", "UPPER"])
+def test_string_normalizer_changes_case_one_code_point_at_a_time(action: str) -> None:
+    # onnxruntime maps each code point alone (towupper/towlower): no ß -> SS, no final sigma,
+    # İ lowers to plain i. Python's whole-string mapping differed on all three.
+    words = ["Straße", "ﬁx", "İSTANBUL", "ΣΑΣ", "plain"]
+    got = onnxpy_only("StringNormalizer", {"x": _s(*words)}, {"y": S}, opset=10, case_change_action=action)[0]
+    want = {
+        "UPPER": ["STRAßE", "ﬁX", "İSTANBUL", "ΣΑΣ", "PLAIN"],
+        "LOWER": ["straße", "ﬁx", "istanbul", "σασ", "plain"],
+    }[action]
+    assert got.tolist() == want
+    # onnxruntime agrees where it can load the model (it needs the locale installed).
+    model, feeds = node_model(
+        "StringNormalizer", {"x": _s(*words)}, {"y": S}, opset=10, case_change_action=action, locale="C.UTF-8"
+    )
+    try:
+        theirs = run_ort(model, feeds)
+    except Exception:  # noqa: BLE001 - no such locale on this machine: the literal above stands
+        return
+    assert theirs[0].tolist() == want
 
 
 @pytest.mark.parametrize("two_d", [False, True])
@@ -111,6 +138,48 @@ def test_regex_full_match_has_re2_meaning(pattern: str) -> None:
     Python's re read [[:alpha:]] as a nested set and its \\w matched 'ü'."""
     x = _s("abc", "\u00fcn\u00ef", "ab12", "A_9", " \t", "X-Y!", "42 ", "\u0663").reshape(2, 4)
     vs_ort("RegexFullMatch", {"x": x}, {"y": BOOL}, opset=20, pattern=pattern)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "(?i)\u00e9",  # RE2 folds Unicode case (Python's re.ASCII only ASCII)
+        "(?i)s",  # matches the long s, as RE2
+        r"a\sb",  # RE2's \s has no vertical tab
+        r"[\s]+",
+        r"\S+",
+        "a{,2}",  # not a repetition in RE2: literal text
+        r"\Aab\z",
+        r"\x{e9}",
+        r"\Qa.c\E",
+        r"(?<n>a)bc",
+        r"\bab\b",
+        r"\w+\B",
+    ],
+)
+def test_regex_full_match_translates_re2_syntax(pattern: str) -> None:
+    x = _s("\u00c9", "\u00e9", "\u017f", "a\x0bb", "a b", "a{,2}", "aa", "ab", "a.c", "abc", "abx", "").reshape(3, 4)
+    vs_ort("RegexFullMatch", {"x": x}, {"y": BOOL}, opset=20, pattern=pattern)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        ("(?=a)abc", "lookaround"),
+        ("(?<=a)bc", "lookaround"),
+        (r"(a)\1", "backreferences"),
+        ("a++", "possessive"),
+        (r"abc\Z", "RE2 spells the end of text"),
+        (r"\u00e9", "RE2 spells them"),
+        ("(?x)a b", "x flag"),
+        ("(?#c)abc", "comment"),
+        (r"\pL", "Unicode classes"),
+    ],
+)
+def test_regex_refuses_what_re2_does_not_have(pattern: str, why: str) -> None:
+    # Python would match these with its own meaning; onnxruntime (RE2) refuses them.
+    message = run_error("RegexFullMatch", {"x": _s("abc")}, {"y": BOOL}, opset=20, pattern=pattern)
+    assert why in message
 
 
 def test_regex_bad_pattern_raises() -> None:

@@ -460,6 +460,23 @@ def test_cast_bad_string_names_it() -> None:
     assert "hello" in run_error("Cast", {"x": np.array(["hello"], dtype=object)}, {"y": F}, to=F)
 
 
+@pytest.mark.parametrize("text", ["abc", "e5", "1.5f", "1d2", "deadbeef", "0b11", "1_000", "\u0663", "\uff11\uff12"])
+@pytest.mark.parametrize("to", [F, I64, BOOL])
+def test_cast_refuses_strings_that_are_not_numbers(text: str, to: int) -> None:
+    # Python's float() and float.fromhex() read these ('abc' as 0xabc = 2748, '1_000' as 1000,
+    # Arabic-Indic digits as 3): silent wrong values. Only the spec's forms (plain, scientific)
+    # and C's inf / nan / 0x... are numbers.
+    assert text in run_error("Cast", {"x": np.array([text], dtype=object)}, {"y": to}, to=to)
+
+
+def test_cast_reads_the_number_forms_c_reads() -> None:
+    s = np.array([" 12 ", ".5", "5.", "+3", "-0", "1E8", "infinity", "-NAN", "0x10", "0x1.8p1"], dtype=object)
+    got = onnxpy_only("Cast", {"x": s}, {"y": TensorProto.DOUBLE}, to=TensorProto.DOUBLE)[0]
+    np.testing.assert_array_equal(got, [12, 0.5, 5, 3, -0.0, 1e8, np.inf, np.nan, 16, 3.0])
+    got = onnxpy_only("Cast", {"x": np.array(["42", " -7", "1e3", "7.9"], dtype=object)}, {"y": I64}, to=I64)[0]
+    assert got.tolist() == [42, -7, 1000, 7]
+
+
 def test_castlike() -> None:
     x = np.array([1.7, -2.2, 1000], np.float32)
     vs_ort("CastLike", {"x": x, "t": np.zeros(1, np.int16)}, {"y": TensorProto.INT16})
