@@ -159,3 +159,104 @@ def test_fetched_intermediates_hold_the_models_values(case: str) -> None:
     both = sess.run([name, "y"], feeds)
     np.testing.assert_allclose(both[0], plain.run([name], feeds)[0], rtol=1e-5, atol=1e-5)
     _against_onnxruntime(data, feeds)
+
+
+# -- found by a fusion-targeted fuzzer (25,000 graphs; session 18) ------------------------------
+
+
+def _optimized_and_not(data: bytes, feeds: dict[str, np.ndarray]) -> tuple[list[Any], list[Any]]:
+    return onnxpy.InferenceSession(data).run(None, feeds), onnxpy.InferenceSession(data, _unoptimized()).run(
+        None, feeds
+    )
+
+
+def _layernorm(eps: Any, gamma: Any, beta: Any) -> tuple[list, dict[str, Any]]:
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
+        helper.make_node("Sub", ["x", "m"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["p"]),
+        helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
+        helper.make_node("Add", ["v", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["s"]),
+        helper.make_node("Div", ["d", "s"], ["n"]),
+        helper.make_node("Mul", ["n", "g"], ["ng"]),
+        helper.make_node("Add", ["ng", "b"], ["y"]),
+    ]
+    return nodes, {"two": np.float32(2), "eps": eps, "g": gamma, "b": beta}
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["beta along another axis", "epsilon of higher rank", "gamma of higher rank"],
+)
+def test_layernorm_fusion_keeps_what_its_constants_broadcast_to(case: str) -> None:
+    # A [W, 1] beta was applied along the last axis; a one-value epsilon or a [1, 1, W] gamma of
+    # higher rank than x lost the leading dimension they add.
+    rng = np.random.default_rng(5)
+    w = 4
+    eps, gamma, beta = (
+        np.float32(1e-5),
+        rng.standard_normal(w).astype(np.float32),
+        rng.standard_normal(w).astype(np.float32),
+    )
+    if case == "beta along another axis":
+        beta = rng.standard_normal((w, 1)).astype(np.float32)
+    elif case == "epsilon of higher rank":
+        eps = np.full((1, 1, 1), 1e-5, np.float32)
+    else:
+        gamma = gamma.reshape(1, 1, w)
+    nodes, inits = _layernorm(eps, gamma, beta)
+    data = _model(nodes, {"x": [w, w]}, ["y"], inits)
+    x = rng.standard_normal((w, w)).astype(np.float32)
+    (got,), (want,) = _optimized_and_not(data, {"x": x})
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # onnxruntime's own LayerNorm fusion drops the epsilon's extra dimension too: compare with it
+    # unoptimized.
+    so = onnxruntime.SessionOptions()
+    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    (theirs,) = onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert theirs.shape == got.shape
+    np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_a_one_value_constant_of_higher_rank_is_not_folded_per_channel() -> None:
+    # Mul by a [1, 1, 1, 1, 1] constant after a 2-D convolution adds a dimension; folding it into
+    # the weights dropped it.
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["c", "k"], ["y"])]
+    inits = {"w": rng.standard_normal((2, 3, 1, 1)).astype(np.float32), "k": np.full((1, 1, 1, 1, 1), 2.0, np.float32)}
+    data = _model(nodes, {"x": [1, 3, 2, 2]}, ["y"], inits)
+    x = rng.standard_normal((1, 3, 2, 2)).astype(np.float32)
+    (got,), (want,) = _optimized_and_not(data, {"x": x})
+    assert got.shape == want.shape == (1, 1, 2, 2, 2)
+    _against_onnxruntime(data, {"x": x})
+
+
+def test_a_gelu_with_a_wrong_constant_is_not_fused() -> None:
+    # 0.4999 for 0.5 is another function; the matcher's 1e-4 tolerance fused it into an exact Gelu.
+    nodes = [
+        helper.make_node("Div", ["x", "r2"], ["a"]),
+        helper.make_node("Erf", ["a"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["b"]),
+        helper.make_node("Mul", ["x", "b"], ["c"]),
+        helper.make_node("Mul", ["c", "half"], ["y"]),
+    ]
+    inits = {"r2": np.float32(np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.4999)}
+    data = _model(nodes, {"x": [1, 4]}, ["y"], inits)
+    x = np.array([[4, 6, 8, -0.3]], np.float32)
+    (got,), (want,) = _optimized_and_not(data, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got[0, 2] == pytest.approx(8 * 0.4999 * 2, rel=1e-5)
+
+
+def test_conv_and_average_pool_are_not_swapped_around_an_empty_map() -> None:
+    rng = np.random.default_rng(7)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("AveragePool", ["c"], ["y"], kernel_shape=[3, 1], ceil_mode=1),
+    ]
+    data = _model(nodes, {"x": [1, 16, 2, 2]}, ["y"], {"w": rng.standard_normal((7, 16, 1, 1)).astype(np.float32)})
+    x = rng.standard_normal((1, 16, 2, 2)).astype(np.float32)
+    (got,), (want,) = _optimized_and_not(data, {"x": x})
+    assert got.shape == want.shape == (1, 7, 0, 2)

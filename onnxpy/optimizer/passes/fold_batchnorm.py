@@ -37,11 +37,11 @@ def per_channel(value: np.ndarray | None, channels: int, rank: int) -> np.ndarra
     """A constant that broadcasts per output channel (axis 1 of an NC... tensor) -> shape (C,)."""
     if value is None or value.dtype.kind != "f":
         return None
-    if value.size == 1:
-        return np.full(channels, float(value.reshape(-1)[0]))
     shape = list(value.shape)
     if len(shape) > rank:
-        return None
+        return None  # it would add leading dimensions to the result: not a per-channel constant
+    if value.size == 1:
+        return np.full(channels, float(value.reshape(-1)[0]))
     shape = [1] * (rank - len(shape)) + shape
     if shape[1] != channels or any(d != 1 for i, d in enumerate(shape) if i != 1):
         return None

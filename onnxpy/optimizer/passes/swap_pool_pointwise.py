@@ -149,6 +149,8 @@ def _costs(
     xs, ps = _static(graph.shape(x), rank), _static(graph.shape(pooled), rank)
     if w is None or xs is None or ps is None or (_has_bias(conv) and not _weights_sum_to_one(pool, p["pads"])):
         return None
+    if 0 in xs[2:] or 0 in ps[2:]:
+        return None  # an empty map: nothing to save, and a convolution of an empty input fails
     positions = math.prod(xs[2:])
     conv_first = _cost(w, positions, w[0], positions, p["kernel"])
     pool_first = _cost(w, math.prod(ps[2:]), xs[1], positions, p["kernel"])
