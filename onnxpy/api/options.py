@@ -27,13 +27,18 @@ execution_order, enable_mem_pattern and enable_mem_reuse (the planner
 always releases values after their last use), use_deterministic_compute (kernels are
 deterministic), log_verbosity_level, and RunOptions.log_severity_level (a run's few messages
 follow its session's level). register_custom_ops_library raises NotImplemented: native kernels
-cannot run here. use_per_session_threads = False makes the session take its intra-op thread
+cannot run here. InferenceSession's disabled_optimizers (onnxruntime's optimizer names) warns
+and has no effect: onnxpy's passes are its own, limited by graph_optimization_level.
+optimized_model_filepath writes the model as onnxpy runs it: at the extended levels it holds
+onnxpy's own fused operators (domain onnxpy.fused), which onnxpy reloads and onnxruntime does
+not. use_per_session_threads = False makes the session take its intra-op thread
 count from onnxpy.set_global_thread_pool_sizes; logid is the logid a log callback receives
 (onnxpy.set_default_logger_callback).
 """
 
 from __future__ import annotations
 
+import copy
 import enum
 import os
 from typing import Any
@@ -143,7 +148,26 @@ class _Checked:
         obj.__dict__[self.name] = self.check(value, self.what)
 
 
-class SessionOptions:
+class _Closed:
+    """Options objects take only their own attributes: a misspelt one (intra_op_num_thread)
+    raises AttributeError, as onnxruntime's do, instead of being stored and ignored."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_") and not hasattr(type(self), name):
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        super().__setattr__(name, value)
+
+    def _snapshot(self) -> Any:
+        """A copy whose later changes the original does not see (containers copied, the values
+        they hold shared): what a session keeps of the options it was created with."""
+        twin = copy.copy(self)
+        for key, value in vars(self).items():
+            if isinstance(value, dict):
+                object.__setattr__(twin, key, dict(value))
+        return twin
+
+
+class SessionOptions(_Closed):
     graph_optimization_level = _Checked(lambda v, what: _member(GraphOptimizationLevel, v, what))
     execution_mode = _Checked(lambda v, what: _member(ExecutionMode, v, what))
     execution_order = _Checked(lambda v, what: _member(ExecutionOrder, v, what))
@@ -240,7 +264,7 @@ class SessionOptions:
         return f"<SessionOptions opt_level={self.graph_optimization_level.name} config={self._config}>"
 
 
-class RunOptions:
+class RunOptions(_Closed):
     log_severity_level = _Checked(_severity)
     log_verbosity_level = _Checked(_count)
     terminate = _Checked(_flag)

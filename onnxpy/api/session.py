@@ -175,6 +175,13 @@ class InferenceSession:
         severity, logid = -1, ""
         if isinstance(sess_options, SessionOptions):
             severity, logid = sess_options.log_severity_level, sess_options.logid
+        if kwargs.get("disabled_optimizers"):
+            warnings.warn(
+                "disabled_optimizers names onnxruntime's optimizers; onnxpy's passes are its own and it has no "
+                "effect here: set SessionOptions.graph_optimization_level to limit optimization",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         try:
             with logs.scope(severity, logid):
                 self._create(path_or_bytes, sess_options, providers, provider_options)
@@ -195,7 +202,9 @@ class InferenceSession:
         started = time.perf_counter()
         if sess_options is not None and not isinstance(sess_options, SessionOptions):
             raise InvalidArgument(f"sess_options must be an onnxpy.SessionOptions, got {type(sess_options).__name__}")
-        self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        # The options as they are now: later changes to the caller's object do not reach this
+        # session (onnxruntime copies them too), and get_session_options() reports what is used.
+        self._sess_options = sess_options._snapshot() if sess_options is not None else SessionOptions()
         opts = self._sess_options
         if opts.enable_cpu_mem_arena:
             keep_freed_memory()
@@ -264,7 +273,7 @@ class InferenceSession:
                 custom_metadata_map={p.key: p.value for p in model.metadata_props},
             )
         self._apply_initializer_overrides(model)
-        apply_free_dimension_overrides(model, opts._free_dim_by_name)
+        apply_free_dimension_overrides(model, opts._free_dim_by_name, opts._free_dim_by_denotation)
         graph = build_graph(model, release_data=True)  # load_model gave us our own copy
         if describe:
             self._describe_io(model, graph)
@@ -331,11 +340,14 @@ class InferenceSession:
         chosen_opts: list[dict[str, Any]] = []
         available = available_provider_names()
         for name, opt in zip(names, options):
-            if name not in PROVIDER_DEVICES:
+            if name not in PROVIDER_DEVICES and name not in ONNXRUNTIME_PROVIDERS:
                 raise InvalidArgument(
                     f"Unknown execution provider '{name}'. onnxpy knows {sorted(PROVIDER_DEVICES)}; available here: {available}"
                 )
             if name not in available:
+                # onnxruntime's own providers onnxpy lacks (TensorRT, OpenVINO...) are skipped with
+                # its warning, as onnxruntime skips those of another build: the usual
+                # ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"] works.
                 warnings.warn(
                     f"Specified provider '{name}' is not in available provider names. Available providers: "
                     f"'{', '.join(available)}'. Falling back to the next provider.",
@@ -401,7 +413,7 @@ class InferenceSession:
         return {n: dict(o) for n, o in zip(self._providers, self._provider_options)}
 
     def get_session_options(self) -> SessionOptions:
-        return self._sess_options
+        return self._sess_options._snapshot()  # a copy, as onnxruntime returns
 
     def set_providers(
         self, providers: Sequence[Any] | None = None, provider_options: Sequence[dict[str, Any]] | None = None
@@ -904,6 +916,20 @@ def _known(dt: np.dtype) -> bool:
         return True
     except ValueError:
         return False
+
+
+# onnxruntime's execution providers (onnxruntime.get_all_providers() of 1.32): names a model
+# script may list whatever the build. onnxpy runs CPU and CUDA; the others are unavailable here.
+ONNXRUNTIME_PROVIDERS = frozenset(
+    {
+        "TensorrtExecutionProvider", "CUDAExecutionProvider", "MIGraphXExecutionProvider",
+        "OpenVINOExecutionProvider", "DnnlExecutionProvider", "VitisAIExecutionProvider", "QNNExecutionProvider",
+        "NnapiExecutionProvider", "VSINPUExecutionProvider", "JsExecutionProvider", "CoreMLExecutionProvider",
+        "DmlExecutionProvider", "RknpuExecutionProvider", "WebNNExecutionProvider", "WebGpuExecutionProvider",
+        "XnnpackExecutionProvider", "CANNExecutionProvider", "AzureExecutionProvider", "CPUExecutionProvider",
+        "ROCMExecutionProvider", "ArmNNExecutionProvider", "ACLExecutionProvider", "SNPEExecutionProvider",
+    }
+)  # fmt: skip
 
 
 def _normalize_providers(

@@ -43,16 +43,23 @@ def model_opsets(model: ModelProto) -> dict[str, int]:
     return opsets
 
 
-def apply_free_dimension_overrides(model: ModelProto, overrides: Mapping[str, int]) -> None:
-    """Replace named dimensions of graph inputs (e.g. 'batch') by fixed values."""
-    if not overrides:
+def apply_free_dimension_overrides(
+    model: ModelProto, overrides: Mapping[str, int], by_denotation: Mapping[str, int] | None = None
+) -> None:
+    """Replace free dimensions of graph inputs by fixed values: those named (dim_param 'batch')
+    in ``overrides``, and those whose denotation ('DATA_BATCH') is in ``by_denotation``."""
+    if not overrides and not by_denotation:
         return
     for vi in model.graph.input:
         if not vi.type.HasField("tensor_type"):
             continue
         for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_value"):
+                continue
             if d.HasField("dim_param") and d.dim_param in overrides:
                 d.dim_value = int(overrides[d.dim_param])
+            elif by_denotation and d.denotation in by_denotation:
+                d.dim_value = int(by_denotation[d.denotation])
 
 
 # Initializers larger than this are replaced by typed inputs for shape inference: inference

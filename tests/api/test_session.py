@@ -125,8 +125,43 @@ def test_providers_and_options(model: onnx.ModelProto) -> None:
     sess = onnxpy.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
     assert sess.get_providers() == ["CPUExecutionProvider"]
     assert sess.get_provider_options() == {"CPUExecutionProvider": {}}
-    assert sess.get_session_options() is so
+    # A copy, as onnxruntime returns: changing the caller's object after creation, or the
+    # returned one, does not reach the session (set_providers rebuilt with the new level).
+    got = sess.get_session_options()
+    assert got is not so and got.graph_optimization_level == so.graph_optimization_level
+    so.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    got.intra_op_num_threads = 3
+    again = sess.get_session_options()
+    assert again.graph_optimization_level == onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL
+    assert again.intra_op_num_threads == 0
     sess.set_providers(["CPUExecutionProvider"])
+    assert sess.run(["z"], _feeds())[0].shape == (2, 3)
+    # onnxruntime's own providers onnxpy lacks are skipped with its warning, so the usual list
+    # written for onnxruntime works here.
+    with pytest.warns(RuntimeWarning, match="TensorrtExecutionProvider"):
+        listed = onnxpy.InferenceSession(model, providers=["TensorrtExecutionProvider", "CPUExecutionProvider"])
+    assert listed.get_providers() == ["CPUExecutionProvider"]
+    with pytest.warns(RuntimeWarning, match="disabled_optimizers"):
+        onnxpy.InferenceSession(model, disabled_optimizers=["ConvActivationFusion"])
+
+
+def test_options_refuse_attributes_they_do_not_have() -> None:
+    # onnxruntime's options objects raise on a misspelt attribute; onnxpy stored it and ignored it.
+    for options, name in ((onnxpy.SessionOptions(), "intra_op_num_thread"), (onnxpy.RunOptions(), "run_tag")):
+        with pytest.raises(AttributeError, match=name):
+            setattr(options, name, 1)
+
+
+def test_free_dimension_override_by_denotation(model: onnx.ModelProto) -> None:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    dim = m.graph.input[0].type.tensor_type.shape.dim[0]
+    dim.Clear()
+    dim.dim_param, dim.denotation = "batch", "DATA_BATCH"
+    so = onnxpy.SessionOptions()
+    so.add_free_dimension_override_by_denotation("DATA_BATCH", 2)
+    sess = onnxpy.InferenceSession(m, so)
+    assert sess.get_inputs()[0].shape[0] == 2
     assert sess.run(["z"], _feeds())[0].shape == (2, 3)
 
 
