@@ -263,6 +263,12 @@ class InferenceSession:
         )
         loaded = time.perf_counter()
         if describe:
+            # The model's header without its graph, for a saved optimized model to keep.
+            self._header = onnx.ModelProto()
+            for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+                if model.HasField(field):
+                    setattr(self._header, field, getattr(model, field))
+            self._header.metadata_props.extend(model.metadata_props)
             self._meta = ModelMetadata(
                 producer_name=model.producer_name,
                 graph_name=model.graph.name,
@@ -383,7 +389,7 @@ class InferenceSession:
         if self._sess_options.optimized_model_filepath:
             from ..ir.export import save_graph
 
-            save_graph(graph, self._sess_options.optimized_model_filepath, self._model_path)
+            save_graph(graph, self._sess_options.optimized_model_filepath, self._model_path, self._header)
         compiled = CompiledGraph(graph, provider, self._facts)
         with self._lock:
             self._providers = chosen

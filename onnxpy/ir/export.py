@@ -91,16 +91,29 @@ def _fill_graph(g: Graph, gp: GraphProto, pending: list[tuple[Graph, GraphProto]
     gp.value_info.extend(vi(n) for n in g.types if n not in io and n not in g.initializers)
 
 
-def graph_to_model(g: Graph) -> ModelProto:
+# What a saved model keeps of the one it came from, as onnxruntime keeps it.
+_HEADER_FIELDS = ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string")
+
+
+def graph_to_model(g: Graph, header: ModelProto | None = None) -> ModelProto:
+    """The graph as a model; ``header`` (the source model) gives its IR version, producer,
+    version, doc string and metadata, so get_modelmeta() reads the same from the saved file."""
     versions = dict(g.opsets)
     for n in g.nodes:
         versions.setdefault(n.domain, n.opset or 1)  # e.g. onnxpy.fused, added by the optimizer
     opsets = [helper.make_opsetid(d, v) for d, v in sorted(versions.items())]
     model = helper.make_model(graph_to_proto(g), opset_imports=opsets, producer_name="onnxpy")
+    if header is not None:
+        for field in _HEADER_FIELDS:
+            if header.HasField(field):
+                setattr(model, field, getattr(header, field))
+        model.metadata_props.extend(header.metadata_props)
     return model
 
 
-def save_graph(g: Graph, path: str | os.PathLike, source_model_path: str | None = None) -> None:
+def save_graph(
+    g: Graph, path: str | os.PathLike, source_model_path: str | None = None, header: ModelProto | None = None
+) -> None:
     """Write the graph as a model at ``path``; never overwrites the model it came from and never
     writes anywhere but that one file in the folder ``path`` names.
 
@@ -133,7 +146,7 @@ def save_graph(g: Graph, path: str | os.PathLike, source_model_path: str | None 
                 f"optimized_model_filepath '{path}' is the model being loaded; refusing to overwrite it"
             )
     try:
-        data = graph_to_model(g).SerializeToString()
+        data = graph_to_model(g, header).SerializeToString()
     except (ValueError, RecursionError) as e:  # over protobuf's 2 GB, or nested too deeply
         raise Fail(f"optimized_model_filepath '{path}': the optimized model cannot be serialized: {e}") from None
     tmp = None

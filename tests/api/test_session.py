@@ -514,3 +514,25 @@ def test_results_are_c_contiguous_whatever_layout_the_kernel_returned() -> None:
         np.testing.assert_array_equal(got, expected)
     for value in binding.get_outputs():
         assert value.numpy().flags.c_contiguous
+
+
+def test_a_saved_optimized_model_keeps_the_models_header(model: onnx.ModelProto, tmp_path: Path) -> None:
+    # The file dropped producer, version, doc string and metadata and took IR 14 for the
+    # model's own: get_modelmeta() read differently from it. onnxruntime keeps them.
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.producer_name, m.producer_version, m.model_version, m.doc_string = "tests", "9.9", 7, "a doc"
+    onnx.helper.set_model_props(m, {"author": "me"})
+    so = onnxpy.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    onnxpy.InferenceSession(m, so)
+    saved = onnx.load(so.optimized_model_filepath)
+    assert (saved.ir_version, saved.producer_name, saved.producer_version) == (m.ir_version, "tests", "9.9")
+    assert (saved.model_version, saved.doc_string) == (7, "a doc")
+    assert {p.key: p.value for p in saved.metadata_props} == {"author": "me"}
+    meta = onnxpy.InferenceSession(so.optimized_model_filepath).get_modelmeta()
+    assert (meta.producer_name, meta.version, meta.custom_metadata_map) == ("tests", 7, {"author": "me"})
+    np.testing.assert_allclose(
+        onnxpy.InferenceSession(so.optimized_model_filepath).run(["z"], _feeds())[0],
+        onnxpy.InferenceSession(m).run(["z"], _feeds())[0],
+    )
