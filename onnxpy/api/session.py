@@ -235,11 +235,13 @@ class InferenceSession:
         del base
         release_free_memory()
         self._profiler = None
+        self._profiling_start_ns = 0  # kept after end_profiling, as onnxruntime keeps it
         if opts.enable_profiling:
             from ..tools.profiler import Profiler
 
             # onnxruntime's session events: loading, then everything else of creation.
             self._profiler = Profiler(opts.profile_file_prefix, start=started)
+            self._profiling_start_ns = self._profiler.start_ns
             loading = "model_loading_uri" if self._model_path is not None else "model_loading_array"
             self._profiler.session_event(loading, started, loaded)
             self._profiler.session_event("session_initialization", loaded, time.perf_counter())
@@ -611,7 +613,7 @@ class InferenceSession:
         return path
 
     def get_profiling_start_time_ns(self) -> int:
-        return 0 if self._profiler is None else self._profiler.start_ns
+        return self._profiling_start_ns
 
     # -- internals shared with IOBinding ---------------------------------------------------------
     def _prepare_feed(self, name: str, value: Any) -> Any:

@@ -154,6 +154,23 @@ def test_without_first_runs_drops_the_warm_up_runs_and_their_nodes(tmp_path: Pat
 def test_end_profiling_without_profiling_is_empty() -> None:
     sess = onnxpy.InferenceSession(str(DEMO_MODEL))
     assert sess.end_profiling() == ""
+    assert sess.get_profiling_start_time_ns() == 0
+
+
+def test_profiling_start_time_is_monotonic_and_outlives_end_profiling(tmp_path: Path) -> None:
+    # Comparable with time.monotonic_ns() (onnxruntime's documentation), and kept after
+    # end_profiling, as onnxruntime keeps it (onnxpy reset it to 0).
+    import time
+
+    so = onnxpy.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "start")
+    before = time.monotonic_ns()
+    sess = onnxpy.InferenceSession(str(DEMO_MODEL), so)
+    start = sess.get_profiling_start_time_ns()
+    assert before <= start <= time.monotonic_ns()
+    sess.end_profiling()
+    assert sess.get_profiling_start_time_ns() == start
 
 
 def test_model_given_as_bytes_records_array_loading(tmp_path: Path) -> None:
