@@ -63,11 +63,39 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
         gate = xp.clip(y * t(1 / 6) + t(0.5), t(0), t(1))
         y *= gate
         return y
+    if activation == "FakeQuant":
+        return fake_quantize(xp, y, params)
     raise ValueError(f"unknown fused activation '{activation}'")
 
 
 # Activations apply_activation computes in place on any array (and so on any block of one).
-IN_PLACE_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish"})
+IN_PLACE_ACTIVATIONS = frozenset(
+    {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "FakeQuant"}
+)
+
+
+def fake_quantize(xp: Any, y: Any, params: list[float], source: Any = None) -> Any:
+    """DequantizeLinear(QuantizeLinear(source)) into ``y`` (``source`` defaults to ``y``: in
+    place), for params [scale, qmin - z, qmax - z]: clip(rint(source / scale), qmin - z,
+    qmax - z) * scale, bit for bit what the two nodes give in float32
+    (optimizer/passes/fuse_fake_quant.py)."""
+    t = y.dtype.type
+    scale = t(params[0])
+    xp.divide(y if source is None else source, scale, out=y)
+    xp.rint(y, out=y)
+    # rint(-0.3) is -0.0, the integer path's (q - z) is +0: adding +0 turns -0 into +0.
+    y += t(0)
+    _clip(xp)(y, t(params[1]), t(params[2]), out=y)
+    y *= scale
+    return y
+
+
+@op("FakeQuant", 1, domain=DOMAIN, may_inplace={0: 0})
+def fake_quant(xp: Any, X: Any, *, activation_params: list[float], out: Any = None) -> Any:  # noqa: N803
+    """A QuantizeLinear -> DequantizeLinear pair on a float32 value (see ``fake_quantize``)."""
+    if out is None or out.shape != X.shape or out.dtype != X.dtype:
+        out = xp.empty(X.shape, dtype=X.dtype)
+    return fake_quantize(xp, out, activation_params, source=X)
 
 
 @op("FusedConv", 1, domain=DOMAIN, may_inplace={3: 0}, out_checked=True)
@@ -354,9 +382,10 @@ def concat_conv(
     """Concat(axis=1) of 2-D convolutions (optimizer/passes/fuse_concat_conv.py): ``inputs`` are
     (X, W, B) per member (B None when absent), the attributes list each member's kernel (2),
     pads (4), strides (2), dilations (2), group (1), activation (1, "" for none) and activation
-    parameters (2). Each member writes its channels of the result directly (conv_nd's
+    parameters (3; 2 in models onnxpy saved before FakeQuant). Each member writes its channels of the result directly (conv_nd's
     ``into``, contiguous for one image), so the concatenation copies nothing."""
     count = len(groups)
+    per = len(activation_params) // max(count, 1)
     if len(inputs) != 3 * count:
         raise ValueError(f"ConcatConv has {count} members but {len(inputs)} inputs (expected X, W, B for each)")
     key = None if ctx is None else tuple((inputs[3 * i].shape, inputs[3 * i + 1].shape) for i in range(count))
@@ -378,7 +407,7 @@ def concat_conv(
             dilations=dilations[2 * i : 2 * i + 2],
             group=groups[i],
             kernel_shape=kernel_shapes[2 * i : 2 * i + 2],
-            epilogue=_epilogue(xp, act, activation_params[2 * i : 2 * i + 2]),
+            epilogue=_epilogue(xp, act, activation_params[per * i : per * (i + 1)]),
             into=part if shape[0] == 1 and part.dtype == compute_dtype(x.dtype) else None,
             ctx=ctx,
         )

@@ -22,6 +22,7 @@ from .passes import (
     fuse_activation,
     fuse_attention,
     fuse_concat_conv,
+    fuse_fake_quant,
     fuse_patterns,
     fuse_pointwise_depthwise,
     memoize_shapes,
@@ -38,6 +39,7 @@ Pass = Callable[[Graph], bool]
 # onnxpy's own fused kernels, layout = nothing yet.
 BASIC: list[Pass] = [constant_folding.run, eliminate.run, common_subexpressions.run]
 EXTENDED: list[Pass] = [
+    fuse_fake_quant.run,
     fold_batchnorm.run,
     fuse_activation.run,
     fold_shuffle.run,

@@ -2,7 +2,8 @@
 
 - Conv -> Add/Sum(residual) becomes onnxpy.fused.FusedConv with the residual as its 4th input.
 - Conv / FusedConv / ChannelAffine / Gemm / MatMul+bias followed by an activation (Relu,
-  LeakyRelu, Clip with constant bounds, Sigmoid, Tanh, HardSigmoid, HardSwish) carry the activation
+  LeakyRelu, Clip with constant bounds, Sigmoid, Tanh, HardSigmoid, HardSwish, and FakeQuant: a
+  QuantizeLinear -> DequantizeLinear pair, see fuse_fake_quant.py) carry the activation
   as an attribute and apply it in place.
 - MatMul followed by Add of a constant vector over the last axis becomes FusedMatMul(A, B, bias),
   and an Add after that (a residual, any float32 addend) its 4th input Z.
@@ -21,6 +22,8 @@ CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides
 
 def activation_of(graph: Graph, node: Node) -> tuple[str, list[float]] | None:
     """(name, params) when ``node`` is an activation a fused kernel can apply in place."""
+    if node.domain == FUSED_DOMAIN and node.op_type == "FakeQuant":
+        return "FakeQuant", list(node.attrs["activation_params"])
     if node.domain:
         return None
     op = node.op_type

@@ -23,6 +23,9 @@ from ...ir.graph import Graph, Node
 from ...ops.fused import IN_PLACE_ACTIVATIONS
 from ..rewrite import FUSED_DOMAIN, Sweep, is_conv
 
+# Activation parameters kept per member (FakeQuant has three: scale and its two bounds).
+PARAMS_PER_MEMBER = 3
+
 
 def _member(graph: Graph, conv: Node) -> dict[str, Any] | None:
     """The member's attributes as ConcatConv lists, or None if it cannot be one."""
@@ -39,7 +42,7 @@ def _member(graph: Graph, conv: Node) -> dict[str, Any] | None:
     if act and act not in IN_PLACE_ACTIVATIONS:
         return None
     params = [float(p) for p in conv.attrs.get("activation_params", []) or []]
-    if len(params) > 2 or len(pads) != 4:
+    if len(params) > PARAMS_PER_MEMBER or len(pads) != 4:
         return None
     return {
         "kernel_shapes": list(w[2:]),
@@ -48,7 +51,7 @@ def _member(graph: Graph, conv: Node) -> dict[str, Any] | None:
         "dilations": [int(d) for d in conv.attrs.get("dilations", []) or [1, 1]],
         "groups": [int(conv.attrs.get("group", 1))],
         "activations": [act],
-        "activation_params": params + [0.0] * (2 - len(params)),
+        "activation_params": params + [0.0] * (PARAMS_PER_MEMBER - len(params)),
     }
 
 
