@@ -49,6 +49,7 @@ def conv_nd(
     into: Any = None,
     accumulate: bool = False,
     channels_last: bool = False,
+    exact: bool = False,
 ) -> Any:
     """N-D convolution in the compute dtype (see ``compute_dtype``); the caller casts back.
 
@@ -70,7 +71,11 @@ def conv_nd(
 
     ``channels_last``: return the result as an NCHW-shaped view of channels-last memory where
     the im2col path runs for one image (its GEMM then computes Y^T); for a depthwise reader
-    (``optimizer/passes/channels_last_output.py``). Elsewhere ignored: values never change."""
+    (``optimizer/passes/channels_last_output.py``). Elsewhere ignored: values never change.
+
+    ``exact``: only paths that sum the products themselves (no Winograd, whose F(4x4)
+    transforms divide by 6 and 24), so integer-valued operands whose sums stay within the
+    dtype's integer range give the exact integer result (ConvInteger, QLinearConv)."""
     # Everything up to the kernel path depends on shapes and attributes only: checked and
     # computed once per node and input shapes (about 8 us of a 1x1 convolution's 17).
     key = (
@@ -127,7 +132,7 @@ def conv_nd(
         and any(kk > 1 for kk in k)
     ):
         return _delivered(depthwise_channels_last(x, w, bias, begin, out, strides, epilogue), into)
-    y = _delivered(_conv_dispatch(xp, x, w, bias, geo, into, channels_last and into is None and xp is np), into)
+    y = _delivered(_conv_dispatch(xp, x, w, bias, geo, into, channels_last and into is None and xp is np, exact), into)
     if epilogue is not None:
         epilogue(y)
     return y
@@ -269,7 +274,7 @@ def _conv_shuffled(
 
 
 def _conv_dispatch(
-    xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any = None, channels_last: bool = False
+    xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any = None, channels_last: bool = False, exact: bool = False
 ) -> Any:
     """The convolution paths other than channels-last depthwise, in ``x``'s (compute) dtype;
     those that can write their result into ``into`` (see conv_nd) do."""
@@ -282,7 +287,8 @@ def _conv_dispatch(
     ext = geo.extent
     o = math.prod(out)
     pointwise = geo.pointwise
-    tile = _winograd_tile(k, strides, dilations, c, m, out, xp is np) if nd == 2 and group == 1 and n * o else 0
+    winograd = nd == 2 and group == 1 and n * o and not exact
+    tile = _winograd_tile(k, strides, dilations, c, m, out, xp is np) if winograd else 0
     if tile and _tap_sum_pays(strides, c, m):
         tile = 0
     if tile and xp is np and winograd_cl.pays(out, tile):

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..model import dtypes
 from ._compat import normalize_axis
+from ._derived import derived
 from .conv import conv_nd
 from .registry import op
 from .tensor import cast_array
@@ -311,11 +312,79 @@ def _wrap_int32(xp: Any, acc: Any) -> Any:
     return acc.astype(np.int64).astype(np.int32)
 
 
+# float32 holds every integer of magnitude up to 2**24, so products of small integers and their
+# sums are exact in float32 while no partial sum can leave that range: BLAS's single-precision
+# GEMM then gives the integer accumulator itself, at twice float64's speed and half its memory.
+_F32_EXACT = float(1 << 24)
+
+
+def _largest_shift(dt: np.dtype, zero_point: Any) -> float:
+    """max |v - z| over the values v of integer type ``dt`` and the zero points z."""
+    rng = _int_range(dt)
+    if rng is None:
+        return float("inf")
+    if zero_point is None or zero_point.size == 0:
+        return float(max(rng[1], -rng[0]))
+    z = np.asarray(zero_point).astype(_F64)
+    return max(rng[1] - float(z.min()), float(z.max()) - rng[0])
+
+
+def _shifted_weights(w: Any, w_zero_point: Any, wz_shape: tuple[int, ...] | None, dt: np.dtype) -> Any:
+    """w - w_zero_point in ``dt``, cached for constant weights."""
+
+    def build() -> Any:
+        v = w.astype(dt)
+        if w_zero_point is not None:
+            v -= w_zero_point.astype(dt).reshape(wz_shape)
+        return v
+
+    sources = (w,) if w_zero_point is None else (w, w_zero_point)
+    return derived(sources, ("shifted-weights", dt, wz_shape), build)
+
+
+def _weight_abs_sum(w: Any, w_zero_point: Any, wz_shape: tuple[int, ...] | None) -> float:
+    """The largest sum of |w - w_zero_point| over one output channel's weights."""
+
+    def build() -> float:
+        v = _shifted_weights(w, w_zero_point, wz_shape, _F64)
+        return float(np.abs(np.asarray(v)).reshape(v.shape[0], -1).sum(axis=1).max(initial=0.0))
+
+    sources = (w,) if w_zero_point is None else (w, w_zero_point)
+    return derived(sources, ("abs-row-sum", wz_shape), build)
+
+
+def integer_matmul(xp: Any, a: Any, a_zero_point: Any, b: Any, b_zero_point: Any) -> Any:
+    """(a - a_zero_point) @ (b - b_zero_point) exactly, as integer-valued float32 where every
+    sum fits float32's integers (see _F32_EXACT), else float64. ``a_zero_point`` broadcasts
+    against a's rows (shape () or (M, 1)), ``b_zero_point`` against b's columns."""
+    zb_shape = None if b_zero_point is None else tuple(b_zero_point.shape)
+
+    def column_sum() -> float:
+        v = _shifted(b, b_zero_point)
+        return float(np.abs(np.asarray(v)).sum(axis=-2).max(initial=0.0)) if v.ndim >= 2 else float("inf")
+
+    sources = (b,) if b_zero_point is None else (b, b_zero_point)
+    # On a device, float64 as before: the bound would read the operands back to the host.
+    fits = xp is np and _largest_shift(a.dtype, a_zero_point) * derived(sources, ("abs-column-sum", zb_shape), column_sum)
+    dt = _F32 if xp is np and fits < _F32_EXACT else _F64
+    av = a.astype(dt)
+    if a_zero_point is not None:
+        av -= a_zero_point.astype(dt)
+
+    def shifted_b() -> Any:
+        v = b.astype(dt)
+        if b_zero_point is not None:
+            v -= b_zero_point.astype(dt)
+        return v
+
+    return xp.matmul(av, derived(sources, ("shifted-columns", dt, zb_shape), shifted_b))
+
+
 @op("MatMulInteger", 10)
 def matmul_integer(xp: Any, A: Any, B: Any, a_zero_point: Any = None, b_zero_point: Any = None) -> Any:  # noqa: N803
-    a = _shifted(A, a_zero_point, _row_param_shape(a_zero_point, A))
-    b = _shifted(B, b_zero_point, _col_param_shape(b_zero_point))
-    return _wrap_int32(xp, xp.matmul(a, b))
+    za = None if a_zero_point is None else a_zero_point.reshape(_row_param_shape(a_zero_point, A))
+    zb = None if b_zero_point is None else b_zero_point.reshape(_col_param_shape(b_zero_point))
+    return _wrap_int32(xp, integer_matmul(xp, A, za, B, zb))
 
 
 def _requantize(xp: Any, acc: Any, factor: Any, y_zero_point: Any) -> Any:
@@ -328,7 +397,18 @@ def _requantize(xp: Any, acc: Any, factor: Any, y_zero_point: Any) -> Any:
     # In float32, as onnxruntime requantizes (the int32 accumulator times a float32 scale,
     # rounded half to even): a float64 product rounds differently near .5 about once in 40
     # random convolutions.
-    v = acc.astype(_F32) * xp.asarray(factor).astype(_F32)
+    f32 = xp.asarray(factor).astype(_F32)
+    if tuple(np.broadcast_shapes(acc.shape, f32.shape, y_zero_point.shape)) == tuple(acc.shape):
+        # In place (over the accumulator when it is float32: callers hand over a fresh array):
+        # four passes and one cast. Beyond 2**24 the zero point's addition may round, but such
+        # values saturate either way.
+        v = acc if acc.dtype == _F32 else acc.astype(_F32)
+        v *= f32
+        xp.rint(v, out=v)
+        v += y_zero_point.astype(_F32)
+        xp.clip(v, rng[0], rng[1], out=v)
+        return v.astype(out_dtype)
+    v = acc.astype(_F32) * f32
     r = xp.rint(v).astype(_F64) + y_zero_point.astype(_F64)
     return xp.clip(r, rng[0], rng[1]).astype(out_dtype)
 
@@ -345,9 +425,9 @@ def qlinear_matmul(
     y_scale: Any,
     y_zero_point: Any,
 ) -> Any:
-    av = _shifted(a, a_zero_point, _row_param_shape(a_zero_point, a))
-    bv = _shifted(b, b_zero_point, _col_param_shape(b_zero_point))
-    acc = xp.matmul(av, bv)
+    za = None if a_zero_point is None else a_zero_point.reshape(_row_param_shape(a_zero_point, a))
+    zb = None if b_zero_point is None else b_zero_point.reshape(_col_param_shape(b_zero_point))
+    acc = integer_matmul(xp, a, za, b, zb)
     # Scales multiply in float32 as the quantized kernels of other runtimes do, then apply in float64.
     sa = a_scale.astype(_F32).reshape(_row_param_shape(a_scale, a))
     sb = b_scale.astype(_F32).reshape(_col_param_shape(b_scale))
@@ -363,7 +443,11 @@ def _conv_integer(
     w_zero_point: Any,
     attrs: dict[str, Any],
     what: str,
+    ctx: Any = None,
 ) -> Any:
+    """The exact integer accumulator of (x - x_zero_point) conv (w - w_zero_point), as
+    integer-valued float32 when every sum fits float32's integers (see _F32_EXACT), else
+    float64."""
     if x_zero_point is not None and x_zero_point.size != 1:
         raise ValueError(f"{what}: x_zero_point must be a scalar, got shape {list(x_zero_point.shape)}")
     m = w.shape[0]
@@ -377,10 +461,15 @@ def _conv_integer(
         wz_shape = (m,) + (1,) * (w.ndim - 1)
     elif w_zero_point is not None:
         wz_shape = ()
-    xv = _shifted(x, x_zero_point, () if x_zero_point is not None else None)
-    wv = _shifted(w, w_zero_point, wz_shape)
+    # On a device, float64 as before: the bound would read the weights back to the host.
+    fits = xp is np and _largest_shift(x.dtype, x_zero_point) * _weight_abs_sum(w, w_zero_point, wz_shape)
+    dt = _F32 if xp is np and fits < _F32_EXACT else _F64
+    xv = x.astype(dt)
+    if x_zero_point is not None:
+        xv -= x_zero_point.astype(dt).reshape(())
+    wv = _shifted_weights(w, w_zero_point, wz_shape, dt)
     # Padding the shifted input with 0 equals padding the raw input with its zero point.
-    return conv_nd(xp, xv, wv, None, **attrs)
+    return conv_nd(xp, xv, wv, None, **attrs, ctx=ctx, exact=True)
 
 
 @op("ConvInteger", 10)
@@ -397,11 +486,12 @@ def conv_integer(
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    ctx: Any = None,
 ) -> Any:
     attrs = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
-    return _wrap_int32(xp, _conv_integer(xp, x, w, x_zero_point, w_zero_point, attrs, "ConvInteger"))
+    return _wrap_int32(xp, _conv_integer(xp, x, w, x_zero_point, w_zero_point, attrs, "ConvInteger", ctx))
 
 
 @op("QLinearConv", 10)
@@ -423,17 +513,23 @@ def qlinear_conv(
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    ctx: Any = None,
 ) -> Any:
     attrs = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
-    acc = _conv_integer(xp, x, w, x_zero_point, w_zero_point, attrs, "QLinearConv")
+    acc = _conv_integer(xp, x, w, x_zero_point, w_zero_point, attrs, "QLinearConv", ctx)
     m = w.shape[0]
     nd = x.ndim - 2
     if B is not None:
         if B.reshape(-1).shape[0] != m:
             raise ValueError(f"QLinearConv: bias B must have {m} values (output channels), got shape {list(B.shape)}")
-        acc = acc + B.astype(_F64).reshape((1, m) + (1,) * nd)
+        # The int32 sum acc + B rounded to float32, as onnxruntime converts it: float32 addition
+        # rounds the exact sum once when both terms are exact in float32.
+        if acc.dtype == _F32 and float(np.abs(B).max(initial=0)) < _F32_EXACT:
+            acc += B.astype(_F32).reshape((1, m) + (1,) * nd)
+        else:
+            acc = acc + B.astype(_F64).reshape((1, m) + (1,) * nd)
     if w_scale.size not in (1, m):
         raise ValueError(
             f"QLinearConv: w_scale must be a scalar or hold {m} values (output channels), got {list(w_scale.shape)}"

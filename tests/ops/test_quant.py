@@ -355,3 +355,72 @@ def test_qlinear_conv_rounds_like_onnxruntime_across_many_draws() -> None:
             test_qlinear_conv(np.int8 if seed % 2 else np.uint8, False, bool(seed % 3))
     finally:
         RNG = saved
+
+
+# -- exact integer accumulation on wide layers ---------------------------------------------------
+
+
+def _integer_conv_model(op_type: str, x: np.ndarray, inits: dict[str, np.ndarray], names: list[str], out: int) -> bytes:
+    """One ``op_type`` node reading the fed ``x`` and the constant ``inits`` (in ``names``
+    order, "" for an omitted input), 3x3 padding 1."""
+    from onnx import helper, numpy_helper
+
+    node = helper.make_node(op_type, ["x", *names], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", dtypes.elem_type(x.dtype), list(x.shape))],
+        [helper.make_tensor_value_info("y", out, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize(("c", "hw"), [(64, 32), (32, 28), (8, 9), (1100, 5)])
+def test_wide_integer_convolutions_are_exact(c: int, hw: int) -> None:
+    """ConvInteger and QLinearConv sum their products exactly on every path: 3x3 layers with
+    32+ channels on large maps once went through Winograd F(4x4), whose transforms divide by
+    6, and truncated about half the sums by one. Small sums run in float32, large ones (1100
+    channels: 9900 products of up to 255 * 128) in float64; both with constant weights."""
+    import onnxruntime
+
+    x = RNG.integers(0, 256, size=(1, c, hw, hw)).astype(np.uint8)
+    w = RNG.integers(-128, 128, size=(16, c, 3, 3)).astype(np.int8)
+    runs = {
+        "ConvInteger": (
+            _integer_conv_model("ConvInteger", x, {"w": w, "xz": np.array(128, np.uint8)}, ["w", "xz"], I32)
+        ),
+        "QLinearConv": _integer_conv_model(
+            "QLinearConv",
+            x,
+            {
+                "xs": np.array(0.02, np.float32),
+                "xz": np.array(120, np.uint8),
+                "w": w,
+                "ws": (RNG.random(16) * 0.01 + 0.001).astype(np.float32),
+                "wz": np.zeros(16, np.int8),
+                "ys": np.array(0.9 * c, np.float32),
+                "yz": np.array(128, np.uint8),
+                "b": RNG.integers(-5000, 5000, size=16).astype(np.int32),
+            },  # fmt: skip
+            ["xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+            TensorProto.UINT8,
+        ),
+    }
+    import onnxpy
+
+    for model in runs.values():
+        session = onnxpy.InferenceSession(model)
+        want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        for _ in range(2):  # the second run reads the cached shifted weights
+            assert_same(session.run(None, {"x": x})[0], want)
+
+
+@pytest.mark.parametrize("k", [40, 3000])
+def test_integer_matmul_small_and_large_sums(k: int) -> None:
+    """MatMulInteger exact in float32 (K=40) and float64 (K=3000: sums beyond 2**24)."""
+    a = RNG.integers(0, 256, size=(3, k)).astype(np.uint8)
+    b = RNG.integers(-128, 128, size=(k, 7)).astype(np.int8)
+    vs_ort("MatMulInteger", {"a": a, "b": b, "az": np.array(255, np.uint8)}, {"y": I32}, opset=10)

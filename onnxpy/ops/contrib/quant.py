@@ -23,9 +23,9 @@ from ..quant import (
     _int_range,
     _q_out_dtype,
     _requantize,
-    _shifted,
     dequantize,
     dynamic_quantize_linear,
+    integer_matmul,
     quantize,
 )
 from ..registry import op
@@ -308,9 +308,7 @@ def qgemm(
             f"QGemm: A {list(A.shape)} (transA={transA}) and B {list(B.shape)} (transB={transB}) have different K"
         )
     n = b.shape[1]
-    acc = xp.matmul(
-        _shifted(a, _scalar(a_zero_point, "a_zero_point")), _shifted(b, _per_column(b_zero_point, n, "b_zero_point"))
-    )
+    acc = integer_matmul(xp, a, _scalar(a_zero_point, "a_zero_point"), b, _per_column(b_zero_point, n, "b_zero_point"))
     if C is not None:
         if C.dtype != np.int32:
             raise TypeError(f"QGemm: C must be int32 (quantized with scale alpha * a_scale * b_scale), got {C.dtype}")
@@ -368,7 +366,7 @@ def _int_matmul_to_float(xp: Any, a: Any, za: Any, b: Any, zb: Any, scale: Any, 
         raise ValueError(f"{what}: A {list(a.shape)} and B {list(b.shape)} have different inner dimensions")
     n = b.shape[-1]
     zb = None if zb is None else _per_column(zb, n, "b_zero_point")
-    acc = xp.matmul(_shifted(a, za), _shifted(b, zb))
+    acc = integer_matmul(xp, a, za, b, zb)
     y = acc.astype(_F32) * scale
     if bias is not None:
         if bias.shape != (n,):
