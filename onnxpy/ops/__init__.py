@@ -11,6 +11,7 @@ from . import (  # noqa: F401 - importing registers the kernels
     elementwise,
     fused,
     fused_attention,
+    fused_quant,
     indexing,
     math,
     ml,

@@ -263,8 +263,8 @@ def dequantize_linear(
 # -- DynamicQuantizeLinear -----------------------------------------------------------------------
 
 
-@op("DynamicQuantizeLinear", 11)
-def dynamic_quantize_linear(xp: Any, x: Any) -> Any:
+def dynamic_quantization(xp: Any, x: Any) -> tuple[Any, np.float32, np.float32]:
+    """x as float32 and the uint8 scale and zero point DynamicQuantizeLinear picks for it."""
     xf = x.astype(_F32, copy=False)
     lo = min(float(xf.min()), 0.0) if xf.size else 0.0
     hi = max(float(xf.max()), 0.0) if xf.size else 0.0
@@ -274,6 +274,12 @@ def dynamic_quantize_linear(xp: Any, x: Any) -> Any:
         # dequantizing the output still gives the input back.
         scale = np.float32(1.0)
     zp = np.float32(np.clip(np.rint(np.float32(0.0) - np.float32(lo) / scale), 0, 255))
+    return xf, scale, zp
+
+
+@op("DynamicQuantizeLinear", 11)
+def dynamic_quantize_linear(xp: Any, x: Any) -> Any:
+    xf, scale, zp = dynamic_quantization(xp, x)
     y = xp.clip(xp.rint(xf / scale) + zp, 0, 255).astype(np.uint8)
     return y, xp.asarray(scale, dtype=_F32), xp.asarray(np.uint8(zp))
 
@@ -365,7 +371,9 @@ def integer_matmul(xp: Any, a: Any, a_zero_point: Any, b: Any, b_zero_point: Any
 
     sources = (b,) if b_zero_point is None else (b, b_zero_point)
     # On a device, float64 as before: the bound would read the operands back to the host.
-    fits = xp is np and _largest_shift(a.dtype, a_zero_point) * derived(sources, ("abs-column-sum", zb_shape), column_sum)
+    fits = xp is np and _largest_shift(a.dtype, a_zero_point) * derived(
+        sources, ("abs-column-sum", zb_shape), column_sum
+    )
     dt = _F32 if xp is np and fits < _F32_EXACT else _F64
     av = a.astype(dt)
     if a_zero_point is not None:

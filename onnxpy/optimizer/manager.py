@@ -22,6 +22,7 @@ from .passes import (
     fuse_activation,
     fuse_attention,
     fuse_concat_conv,
+    fuse_dynamic_matmul,
     fuse_fake_quant,
     fuse_patterns,
     fuse_pointwise_depthwise,
@@ -40,6 +41,7 @@ Pass = Callable[[Graph], bool]
 BASIC: list[Pass] = [constant_folding.run, eliminate.run, common_subexpressions.run]
 EXTENDED: list[Pass] = [
     fuse_fake_quant.run,
+    fuse_dynamic_matmul.run,
     fold_batchnorm.run,
     fuse_activation.run,
     fold_shuffle.run,

@@ -1,0 +1,79 @@
+"""Fused kernels of dynamically quantized matrix products (optimizer/passes/fuse_dynamic_matmul.py).
+
+onnxruntime's quantize_dynamic writes, per linear layer of a transformer,
+
+    xq, xs, xz = DynamicQuantizeLinear(x)                  (once per input, shared)
+    y = Mul(Cast(MatMulInteger(xq, W, xz, wz), float), Mul(xs, ws)) [+ bias]
+
+Run as written that is a uint8 tensor, a float copy of it minus xz per product, an int32
+accumulator, its float copy and two more passes. Here the quantized input is kept as the
+float32 integers xq - xz = clip(rint(x / xs), -xz, 255 - xz) (what DynamicQuantizeLinear
+computes, less its zero point), and each product multiplies them by W - wz (float32, cached) in
+one GEMM, exact while every partial sum stays below 2**24, then scales in place: the numbers of
+the unfused graph, bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._derived import derived
+from .quant import _F32, _F32_EXACT, _F64, dynamic_quantization
+from .registry import op
+
+DOMAIN = "onnxpy.fused"
+
+
+@op("DynamicQuantizeShifted", 1, domain=DOMAIN)
+def dynamic_quantize_shifted(xp: Any, x: Any) -> Any:
+    """DynamicQuantizeLinear(x) as (xq - xz in float32, xs, xz)."""
+    xf, scale, zp = dynamic_quantization(xp, x)
+    v = xf / scale
+    xp.rint(v, out=v)
+    v += _F32.type(0)  # rint(-0.3) is -0.0; xq - xz is +0
+    xp.clip(v, -zp, np.float32(255) - zp, out=v)
+    return v, xp.asarray(scale, dtype=_F32), xp.asarray(np.uint8(zp))
+
+
+def _shifted_columns(b: Any, b_zero_point: Any, dt: np.dtype) -> Any:
+    def build() -> Any:
+        v = b.astype(dt)
+        if b_zero_point is not None:
+            v -= b_zero_point.astype(dt)
+        return v
+
+    sources = (b,) if b_zero_point is None else (b, b_zero_point)
+    return derived(sources, ("shifted-columns", dt, None if b_zero_point is None else b_zero_point.shape), build)
+
+
+def _largest_column_sum(b: Any, b_zero_point: Any) -> float:
+    def build() -> float:
+        return float(np.abs(_shifted_columns(b, b_zero_point, _F64)).sum(axis=0).max(initial=0.0))
+
+    sources = (b,) if b_zero_point is None else (b, b_zero_point)
+    return derived(sources, ("abs-column-sum-2d",), build)
+
+
+@op("ShiftedIntegerMatMul", 1, domain=DOMAIN)
+def shifted_integer_matmul(
+    xp: Any,
+    v: Any,
+    B: Any,  # noqa: N803 - MatMulInteger's name
+    b_zero_point: Any,
+    scale: Any,
+    bias: Any = None,
+) -> Any:
+    """float32(v @ (B - b_zero_point)) * scale [+ bias] for v from DynamicQuantizeShifted
+    (integers of magnitude <= 255) and a 2-D integer B."""
+    if B.ndim != 2 or v.shape[-1] != B.shape[0]:
+        raise ValueError(f"ShiftedIntegerMatMul: A {list(v.shape)} and B {list(B.shape)} have different K")
+    if xp is np and 255.0 * _largest_column_sum(B, b_zero_point) < _F32_EXACT:
+        y = xp.matmul(v, _shifted_columns(B, b_zero_point, _F32))
+    else:
+        y = xp.matmul(v.astype(_F64), _shifted_columns(B, b_zero_point, _F64)).astype(_F32)
+    y *= scale.astype(_F32, copy=False)
+    if bias is not None:
+        y += bias.astype(_F32, copy=False)
+    return y
