@@ -395,6 +395,15 @@ def matmul_integer(xp: Any, A: Any, B: Any, a_zero_point: Any = None, b_zero_poi
     return _wrap_int32(xp, integer_matmul(xp, A, za, B, zb))
 
 
+def _requantize_in_place(xp: Any, v: Any, factor: Any, y_zero_point: Any, rng: tuple[int, int]) -> None:
+    """v (float32 accumulators) -> clip(rint(v * factor) + y_zero_point) in place: what
+    ``_requantize`` computes before its final cast."""
+    v *= factor.astype(_F32, copy=False)
+    xp.rint(v, out=v)
+    v += y_zero_point.astype(_F32)
+    xp.clip(v, rng[0], rng[1], out=v)
+
+
 def _requantize(xp: Any, acc: Any, factor: Any, y_zero_point: Any) -> Any:
     """Round acc * factor to the output's integer grid, add its zero point and saturate."""
     out_dtype = y_zero_point.dtype
@@ -411,10 +420,7 @@ def _requantize(xp: Any, acc: Any, factor: Any, y_zero_point: Any) -> Any:
         # four passes and one cast. Beyond 2**24 the zero point's addition may round, but such
         # values saturate either way.
         v = acc if acc.dtype == _F32 else acc.astype(_F32)
-        v *= f32
-        xp.rint(v, out=v)
-        v += y_zero_point.astype(_F32)
-        xp.clip(v, rng[0], rng[1], out=v)
+        _requantize_in_place(xp, v, f32, y_zero_point, rng)
         return v.astype(out_dtype)
     v = acc.astype(_F32) * f32
     r = xp.rint(v).astype(_F64) + y_zero_point.astype(_F64)
@@ -452,10 +458,14 @@ def _conv_integer(
     attrs: dict[str, Any],
     what: str,
     ctx: Any = None,
-) -> Any:
+    bias: Any = None,
+    epilogue: Any = None,
+) -> tuple[Any, bool]:
     """The exact integer accumulator of (x - x_zero_point) conv (w - w_zero_point), as
     integer-valued float32 when every sum fits float32's integers (see _F32_EXACT), else
-    float64."""
+    float64; and whether it holds + ``bias`` (int32, one per output channel) and has been
+    through ``epilogue`` (in place, on blocks while in cache where the path allows): both
+    only in float32, where the bias's magnitude still keeps every sum exact."""
     if x_zero_point is not None and x_zero_point.size != 1:
         raise ValueError(f"{what}: x_zero_point must be a scalar, got shape {list(x_zero_point.shape)}")
     m = w.shape[0]
@@ -469,15 +479,21 @@ def _conv_integer(
         wz_shape = (m,) + (1,) * (w.ndim - 1)
     elif w_zero_point is not None:
         wz_shape = ()
-    # On a device, float64 as before: the bound would read the weights back to the host.
-    fits = xp is np and _largest_shift(x.dtype, x_zero_point) * _weight_abs_sum(w, w_zero_point, wz_shape)
-    dt = _F32 if xp is np and fits < _F32_EXACT else _F64
+    bound = float("inf")
+    if xp is np:  # on a device, float64 as before: the bound would read the weights back to the host
+        bound = _largest_shift(x.dtype, x_zero_point) * _weight_abs_sum(w, w_zero_point, wz_shape)
+    dt = _F32 if bound < _F32_EXACT else _F64
     xv = x.astype(dt)
     if x_zero_point is not None:
         xv -= x_zero_point.astype(dt).reshape(())
     wv = _shifted_weights(w, w_zero_point, wz_shape, dt)
+    fused = dt == _F32 and (bias is None or bound + float(np.abs(bias).max(initial=0)) < _F32_EXACT)
+    b = None
+    if fused and bias is not None:
+        b = derived((bias,), ("float32-bias",), lambda: bias.reshape(-1).astype(_F32))
     # Padding the shifted input with 0 equals padding the raw input with its zero point.
-    return conv_nd(xp, xv, wv, None, **attrs, ctx=ctx, exact=True)
+    acc = conv_nd(xp, xv, wv, b, **attrs, ctx=ctx, exact=True, epilogue=epilogue if fused else None)
+    return acc, fused
 
 
 @op("ConvInteger", 10)
@@ -499,7 +515,7 @@ def conv_integer(
     attrs = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
-    return _wrap_int32(xp, _conv_integer(xp, x, w, x_zero_point, w_zero_point, attrs, "ConvInteger", ctx))
+    return _wrap_int32(xp, _conv_integer(xp, x, w, x_zero_point, w_zero_point, attrs, "ConvInteger", ctx)[0])
 
 
 @op("QLinearConv", 10)
@@ -526,22 +542,32 @@ def qlinear_conv(
     attrs = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
-    acc = _conv_integer(xp, x, w, x_zero_point, w_zero_point, attrs, "QLinearConv", ctx)
     m = w.shape[0]
     nd = x.ndim - 2
-    if B is not None:
-        if B.reshape(-1).shape[0] != m:
-            raise ValueError(f"QLinearConv: bias B must have {m} values (output channels), got shape {list(B.shape)}")
+    if B is not None and B.reshape(-1).shape[0] != m:
+        raise ValueError(f"QLinearConv: bias B must have {m} values (output channels), got shape {list(B.shape)}")
+    if w_scale.size not in (1, m):
+        raise ValueError(
+            f"QLinearConv: w_scale must be a scalar or hold {m} values (output channels), got {list(w_scale.shape)}"
+        )
+    ws = w_scale.astype(_F32).reshape(() if w_scale.size == 1 else (1, m) + (1,) * nd)
+    factor = (x_scale.astype(_F32).reshape(()) * ws) / y_scale.astype(_F32).reshape(())
+    yz = y_zero_point.reshape(())
+    rng = _int_range(yz.dtype)
+    epilogue = None
+    if factor.size == 1 and rng is not None:
+        # One scale for every output: requantized block by block while the block is in cache.
+        def epilogue(block: Any) -> None:
+            _requantize_in_place(xp, block, factor, yz, rng)
+
+    acc, fused = _conv_integer(xp, x, w, x_zero_point, w_zero_point, attrs, "QLinearConv", ctx, B, epilogue)
+    if fused and epilogue is not None:
+        return acc.astype(yz.dtype)
+    if B is not None and not fused:
         # The int32 sum acc + B rounded to float32, as onnxruntime converts it: float32 addition
         # rounds the exact sum once when both terms are exact in float32.
         if acc.dtype == _F32 and float(np.abs(B).max(initial=0)) < _F32_EXACT:
             acc += B.astype(_F32).reshape((1, m) + (1,) * nd)
         else:
             acc = acc + B.astype(_F64).reshape((1, m) + (1,) * nd)
-    if w_scale.size not in (1, m):
-        raise ValueError(
-            f"QLinearConv: w_scale must be a scalar or hold {m} values (output channels), got {list(w_scale.shape)}"
-        )
-    ws = w_scale.astype(_F32).reshape(() if w_scale.size == 1 else (1, m) + (1,) * nd)
-    factor = ((x_scale.astype(_F32).reshape(()) * ws) / y_scale.astype(_F32).reshape(())).astype(_F64)
-    return _requantize(xp, acc, factor, y_zero_point.reshape(()))
+    return _requantize(xp, acc, factor, yz)
