@@ -50,6 +50,13 @@ def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
     return axis + rank if axis < 0 else axis
 
 
+def require_rank(x: Any, least: int, what: str) -> None:
+    """Refuse an input of rank below ``least`` with a message giving the rank, where a kernel
+    would otherwise fail inside numpy or quietly treat a scalar as a row."""
+    if x.ndim < least:
+        raise ValueError(f"{what}: input must have rank >= {least}, got rank {x.ndim} (shape {list(x.shape)})")
+
+
 def normalize_axes(axes: Sequence[int], rank: int, what: str = "axes") -> list[int]:
     out = [normalize_axis(int(a), rank, what) for a in axes]
     if len(set(out)) != len(out):

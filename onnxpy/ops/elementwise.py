@@ -470,6 +470,11 @@ def _fold(xp: Any, fn: Any, inputs: tuple[Any, ...], what: str) -> Any:
 
 @op("Sum", 6)
 def sum_(xp: Any, *data: Any) -> Any:
+    # Half precision adds in float32, rounded once: 60000 + 60000 - 60000 is 60000, not inf
+    # (onnxruntime accumulates so too).
+    narrow = len(data) > 2 and data[0].dtype.itemsize < 4 and data[0].dtype.kind in "fV"
+    if narrow:
+        return _fold(xp, xp.add, [d.astype(np.float32) for d in data], "Sum").astype(data[0].dtype)
     return _fold(xp, xp.add, data, "Sum")
 
 
@@ -502,10 +507,21 @@ def clip_6(xp: Any, x: Any, *, min: float = -3.4028234663852886e38, max: float =
 
 
 @op("Clip", 11)
+def clip_11(xp: Any, x: Any, min: Any = None, max: Any = None) -> Any:  # noqa: A002 - spec names
+    # Clip-11 on float16 leaves an omitted bound open (infinities pass), as onnxruntime and the
+    # reference do; float and double take the finite limits as from opset 12.
+    return _clip(xp, x, min, max, finite_limits=x.dtype != np.float16)
+
+
+@op("Clip", 12)
 def clip(xp: Any, x: Any, min: Any = None, max: Any = None) -> Any:  # noqa: A002 - spec names
+    return _clip(xp, x, min, max, finite_limits=True)
+
+
+def _clip(xp: Any, x: Any, min: Any, max: Any, *, finite_limits: bool) -> Any:  # noqa: A002 - spec names
     lo = None if min is None else min.reshape(()).astype(x.dtype, copy=False)
     hi = None if max is None else max.reshape(()).astype(x.dtype, copy=False)
-    if x.dtype.kind == "f" or (x.dtype.kind == "V" and x.dtype.itemsize <= 2):
+    if finite_limits and (x.dtype.kind == "f" or (x.dtype.kind == "V" and x.dtype.itemsize <= 2)):
         # An omitted bound is the type's lowest / largest finite value (the spec's
         # numeric_limits defaults): an infinity is clipped to it, as onnxruntime does.
         info = np.finfo(x.dtype) if x.dtype.kind == "f" else ml_dtypes.finfo(x.dtype)

@@ -412,7 +412,9 @@ def unique(xp: Any, X: Any, *, axis: int | None = None, sorted: int = 1) -> Any:
     else:
         ax = normalize_axis(axis, X.ndim)
         moved = xp.moveaxis(X, ax, 0)
-        rows = moved.reshape(moved.shape[0], -1)
+        # An explicit width: -1 cannot be inferred when the tensor holds no element.
+        width = int(np.prod(moved.shape[1:], dtype=np.int64))
+        rows = moved.reshape(moved.shape[0], width)
         y, first, inv, counts = _unique_rows(xp, rows)
     first = xp.asarray(first).astype(np.int64, copy=False)
     inv = xp.asarray(inv).astype(np.int64, copy=False)

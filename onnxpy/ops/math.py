@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..model.dtypes import np_dtype
-from ._compat import host_ints, host_scalar, normalize_axes, normalize_axis
+from ._compat import host_ints, host_scalar, normalize_axes, normalize_axis, require_rank
 from .registry import op
 
 
@@ -106,7 +106,8 @@ def _one_hot_argmax(xp: Any, x: Any, axis: int) -> Any:
 @op("Hardmax", 1)
 def hardmax_1(xp: Any, input: Any, *, axis: int = 1) -> Any:  # noqa: A002 - spec name
     # Before opset 13 the input is coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])].
-    a = normalize_axis(axis, input.ndim) if input.ndim else 0
+    require_rank(input, 1, "Hardmax")  # a scalar has no axis to take the maximum over
+    a = normalize_axis(axis, input.ndim)
     outer = int(np.prod(input.shape[:a], dtype=np.int64))
     inner = int(np.prod(input.shape[a:], dtype=np.int64))
     if input.size == 0:
@@ -116,6 +117,7 @@ def hardmax_1(xp: Any, input: Any, *, axis: int = 1) -> Any:  # noqa: A002 - spe
 
 @op("Hardmax", 13)
 def hardmax(xp: Any, input: Any, *, axis: int = -1) -> Any:  # noqa: A002 - spec name
+    require_rank(input, 1, "Hardmax")
     a = normalize_axis(axis, input.ndim)
     if input.size == 0:
         return xp.zeros(input.shape, dtype=input.dtype)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..model import dtypes
 from ._blas import stacked_matmul
-from ._compat import host_ints, host_scalar, normalize_axis
+from ._compat import host_ints, host_scalar, normalize_axis, require_rank
 from .registry import op
 
 
@@ -174,6 +174,7 @@ def _softmax_rows_shared_shift(x: np.ndarray) -> tuple[np.ndarray, bool] | None:
 
 def _coerced_2d(xp: Any, x: Any, axis: int, log: bool) -> Any:
     """Softmax before opset 13: flatten to 2-D at ``axis`` and normalize each row."""
+    require_rank(x, 1, "LogSoftmax" if log else "Softmax")  # as the spec's shape inference says
     axis = normalize_axis(axis, x.ndim)
     rows = math.prod(x.shape[:axis])  # math.prod: np.prod on a shape tuple costs ~5 us a call
     cols = math.prod(x.shape[axis:])
@@ -188,6 +189,7 @@ def softmax_1(xp: Any, x: Any, *, axis: int = 1) -> Any:
 
 @op("Softmax", 13)
 def softmax(xp: Any, x: Any, *, axis: int = -1) -> Any:
+    require_rank(x, 1, "Softmax")
     return _softmax(xp, x, normalize_axis(axis, x.ndim), False)
 
 
@@ -198,6 +200,7 @@ def log_softmax_1(xp: Any, x: Any, *, axis: int = 1) -> Any:
 
 @op("LogSoftmax", 13)
 def log_softmax(xp: Any, x: Any, *, axis: int = -1) -> Any:
+    require_rank(x, 1, "LogSoftmax")
     return _softmax(xp, x, normalize_axis(axis, x.ndim), True)
 
 
@@ -395,7 +398,8 @@ def _group_stats_input(x: Any, num_groups: int) -> Any:
     c = x.shape[1]
     if num_groups <= 0 or c % num_groups:
         raise ValueError(f"GroupNormalization num_groups {num_groups} must divide the channels ({c})")
-    return x.reshape(x.shape[0], num_groups, -1)
+    # An explicit group size: -1 cannot be inferred when N or C is 0.
+    return x.reshape(x.shape[0], num_groups, (c // num_groups) * math.prod(x.shape[2:]))
 
 
 @op("GroupNormalization", 18)
@@ -414,6 +418,8 @@ def group_norm_18(
             f"GroupNormalization-18 scale {list(scale.shape)} and bias {list(bias.shape)} need {num_groups} "
             "entries (one per group)"
         )
+    if X.size == 0:
+        return xp.empty(X.shape, dtype=X.dtype)  # no group has a value to normalize
     y, _, _ = _normalize(xp, _up(x3), (2,), epsilon)
     y = y * _up(scale).reshape(1, -1, 1) + _up(bias).reshape(1, -1, 1)
     return y.reshape(X.shape).astype(X.dtype, copy=False)
@@ -436,6 +442,8 @@ def group_norm(
         raise ValueError(
             f"GroupNormalization scale {list(scale.shape)} and bias {list(bias.shape)} need {c} entries (channels)"
         )
+    if X.size == 0:
+        return xp.empty(X.shape, dtype=X.dtype)  # no group has a value to normalize
     work = x3.astype(_stash_dtype(stash_type, X.dtype), copy=False)
     y, _, _ = _normalize(xp, work, (2,), epsilon)
     # Stage two runs in X's type, as the spec's function body does.
@@ -795,6 +803,12 @@ def _attention(
         v = xp.concatenate([past_value.astype(v.dtype, copy=False), v], axis=2)
     present_k, present_v = k, v
     total = k.shape[2]
+    if total == 0:
+        # Softmax over no keys has no value (onnxruntime refuses it too).
+        raise ValueError(
+            f"Attention: no key/value positions (K {list(K.shape)}, V {list(V.shape)}"
+            f"{'' if past_key is None else f', past_key {list(past_key.shape)}'}): the softmax needs at least one"
+        )
     vhd = v.shape[3]
     # The spec runs every stage in the inputs' precision T (the softmax in softmax_precision when
     # given). Elementwise stages run in T itself; the two products accumulate in float32 or wider

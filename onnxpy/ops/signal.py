@@ -175,9 +175,11 @@ def mel_weight_matrix(
     rate = int(host_scalar(sample_rate))
     low = float(host_scalar(lower_edge_hertz))
     high = float(host_scalar(upper_edge_hertz))
-    if n_mel < 1 or n_dft < 1 or rate < 1:
+    # No mel bins is an empty (n_bins, 0) matrix, as onnxruntime and the reference give.
+    if n_mel < 0 or n_dft < 1 or rate < 1:
         raise ValueError(
-            f"MelWeightMatrix: num_mel_bins ({n_mel}), dft_length ({n_dft}) and sample_rate ({rate}) must be positive"
+            f"MelWeightMatrix: num_mel_bins ({n_mel}) must not be negative, dft_length ({n_dft}) and "
+            f"sample_rate ({rate}) must be positive"
         )
     if not 0 <= low < high:
         raise ValueError(f"MelWeightMatrix: need 0 <= lower_edge_hertz < upper_edge_hertz, got {low} and {high}")

@@ -114,6 +114,9 @@ def concat(xp: Any, *inputs: Any, axis: int) -> Any:
     if not inputs:
         raise ValueError("Concat needs at least one input")
     rank = inputs[0].ndim
+    if rank == 0:
+        # A scalar has no axis to join along (the spec's shape inference refuses it).
+        raise ValueError(f"Concat: inputs must have rank >= 1, got rank 0 (shapes {[list(i.shape) for i in inputs]})")
     axis = normalize_axis(axis, rank)
     for x in inputs[1:]:
         if x.ndim != rank:
@@ -554,6 +557,8 @@ def _pad(xp: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int
             raise ValueError(
                 f"Pad: pads ({begin[k]}, {end[k]}) on axis {k} of size {x.shape[k]} give it the negative size {o}"
             )
+    if rank == 0:
+        return x.copy()  # a scalar takes no pads: nothing to do in any mode
     if 0 in out_shape:
         check_alloc(out_shape, x.dtype, ctx, "Pad")
         return xp.empty(out_shape, dtype=x.dtype)  # no values to compute (in any mode)
@@ -578,10 +583,14 @@ def _pad(xp: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int
                     "(after negative pads crop it)"
                 )
         return xp.pad(x, width, mode="reflect")
-    if mode == "edge":
-        return xp.pad(x, width, mode="edge")
-    if mode == "wrap":
-        return xp.pad(x, width, mode="wrap")
+    if mode in ("edge", "wrap"):
+        for k, (b, e) in enumerate(width):
+            if x.shape[k] == 0 and max(b, e) > 0:
+                # Both modes copy values of the axis itself: an empty one has none to copy.
+                raise ValueError(
+                    f"Pad {mode}: cannot pad axis {k} by ({b}, {e}): it has size 0 (after negative pads crop it)"
+                )
+        return xp.pad(x, width, mode=mode)
     raise ValueError(f"Pad mode must be constant, reflect, edge or wrap, got '{mode}'")
 
 

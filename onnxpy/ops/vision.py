@@ -552,7 +552,8 @@ def _grid_sample(xp: Any, X: Any, grid: Any, mode: str, padding_mode: str, align
     dtype = X.dtype
     numeric = dtype.kind not in "OUS"
     # Channels last: every gathered sample is one contiguous row of C values.
-    xt = xp.ascontiguousarray(X.reshape(n, c, -1).transpose(0, 2, 1))
+    # An explicit size: -1 cannot be inferred from an empty batch (N = 0) or C = 0.
+    xt = xp.ascontiguousarray(X.reshape(n, c, int(np.prod(in_sp))).transpose(0, 2, 1))
     if kind != "nearest":
         if not numeric:
             raise TypeError(f"GridSample: mode {mode!r} needs a numeric input, got {dtype}")

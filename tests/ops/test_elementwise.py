@@ -300,3 +300,55 @@ def test_sigmoid_is_accurate_on_both_sides_without_warnings(dtype: type) -> None
     out = np.empty_like(x)
     assert logistic(np, x, out=out) is out
     np.testing.assert_array_equal(out, got)
+
+
+# -- constant folding --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("op", "consts", "want"),
+    [
+        ("Log", [[0.0, 1.0]], [-np.inf, 0.0]),
+        ("Exp", [[100.0, 0.0]], [np.inf, 1.0]),
+        ("Div", [[1.0, 0.0], [0.0, 0.0]], [np.inf, np.nan]),
+        ("Sqrt", [[-1.0, 4.0]], [np.nan, 2.0]),
+    ],
+)
+def test_constant_folding_is_silent_about_ieee_results(op: str, consts: list[list[float]], want: list[float]) -> None:
+    """A constant subgraph folded at session creation gives IEEE results without numpy's
+    RuntimeWarnings (onnxruntime is silent, as is onnxpy's run), and still folds when the caller
+    turned warnings into errors."""
+    import onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+
+    import onnxpy
+    from tests.helpers import optimized_op_counts
+
+    inits = [numpy_helper.from_array(np.array(c, np.float32), f"c{i}") for i, c in enumerate(consts)]
+    nodes = [
+        helper.make_node(op, [i.name for i in inits], ["t"]),
+        helper.make_node("Add", ["t", "x"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fold",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    data = model.SerializeToString()
+    feeds = {"x": np.zeros(2, np.float32)}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        sess = onnxpy.InferenceSession(data)
+    assert [str(w.message) for w in seen] == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        counts = optimized_op_counts(model)
+    assert op not in counts  # folded even with warnings as errors
+    (got,) = sess.run(None, feeds)
+    (theirs,) = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_array_equal(got, np.array(want, np.float32))
+    np.testing.assert_array_equal(got, theirs)

@@ -310,6 +310,13 @@ def test_unique_int_3d_axis(sorted_: int) -> None:
     vs_ort("Unique", {"x": x}, {"y": I64, "i": I64, "v": I64, "c": I64}, opset=11, axis=1, sorted=sorted_)
 
 
+@pytest.mark.parametrize(("shape", "axis"), [((0, 3), 0), ((0,), 0), ((2, 0), 1)])
+def test_unique_axis_on_empty_input(shape: tuple[int, ...], axis: int) -> None:
+    # No slices along the axis (or slices of no element): empty outputs, not a reshape error.
+    x = np.zeros(shape, np.float32)
+    vs_ort("Unique", {"x": x}, {"y": F, "i": I64, "v": I64, "c": I64}, opset=11, axis=axis)
+
+
 def test_unique_strings_and_first_output_only() -> None:
     x = np.array(["b", "a", "b", "c", "a"], dtype=object)
     y, idx, inv, cnt = onnxpy_only("Unique", {"x": x}, {"y": STR, "i": I64, "v": I64, "c": I64}, sorted=0)

@@ -197,6 +197,17 @@ def test_hardmax_float16_float64_and_empty() -> None:
         assert got.shape == (0, 3) and got.dtype == np.float32
 
 
+@pytest.mark.parametrize("opset", [11, 13])
+def test_hardmax_refuses_a_scalar(opset: int) -> None:
+    # onnxruntime refuses at load (rank must be >= 1); opset 11 used to return 1.0 quietly.
+    x = np.array(1.5, np.float32)
+    model = node_model("Hardmax", {"x": x}, 1, opset, axis=-1)
+    with pytest.raises(Exception, match="rank"):  # noqa: PT011 - the runtimes raise different types
+        run_ort(model, {"x": x})
+    with pytest.raises(Exception, match=r"Hardmax.*rank >= 1, got rank 0"):  # noqa: PT011
+        run_ours(model, {"x": x})
+
+
 # -- Det -------------------------------------------------------------------------------------------
 
 

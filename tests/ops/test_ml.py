@@ -200,6 +200,18 @@ def test_feature_vectorizer_1d_and_int() -> None:
     both("FeatureVectorizer", [("a", TP.INT64, np.ones((2, 2, 3), np.int64))], [TP.FLOAT], inputdimensions=[4])
 
 
+def test_feature_vectorizer_no_rows() -> None:
+    # onnxruntime 1.32 aborts the process on this input: onnx.reference is the oracle.
+    from onnx.reference import ReferenceEvaluator
+
+    inputs = [("a", TP.FLOAT, np.zeros((0, 2), np.float32)), ("b", TP.FLOAT, np.zeros((0, 3), np.float32))]
+    model = ml_model("FeatureVectorizer", inputs, [TP.FLOAT], inputdimensions=[2, 3])
+    (got,) = run_ours(model, inputs)
+    (want,) = ReferenceEvaluator(model).run(None, {n: v for n, _, v in inputs})
+    assert_same(got, want)
+    assert got.shape == (0, 5)
+
+
 def test_imputer() -> None:
     x = np.array([[1, np.nan, 3], [np.nan, 5, np.nan]], np.float32)
     both(
@@ -316,6 +328,13 @@ def test_normalizer(norm: str, dtype: type) -> None:
     x = np.array([[1, -2, 3], [0, 0, 0], [-4, -1, -2]]).astype(dtype)
     both("Normalizer", [("x", oh.np_dtype_to_tensor_dtype(np.dtype(dtype)), x)], [TP.FLOAT], norm=norm)
     both("Normalizer", [("x", oh.np_dtype_to_tensor_dtype(np.dtype(dtype)), x[0])], [TP.FLOAT], norm=norm)
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+def test_normalizer_rows_without_features(norm: str) -> None:
+    # MAX has no identity to reduce an empty row to: the (N, 0) input comes back as it is.
+    got = both("Normalizer", [("x", TP.FLOAT, np.zeros((2, 0), np.float32))], [TP.FLOAT], norm=norm)
+    assert got[0].shape == (2, 0)
 
 
 def test_one_hot_encoder() -> None:

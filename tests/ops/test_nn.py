@@ -89,6 +89,19 @@ def test_softmax_axes_and_opsets(op_type: str, opset: int, axis: int) -> None:
 
 
 @pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("opset", [11, 13])
+def test_softmax_refuses_a_scalar(op_type: str, opset: int) -> None:
+    # onnxruntime refuses at load (rank must be >= 1); onnxpy failed inside numpy at opset 13
+    # and quietly returned a scalar before.
+    x = np.array(1.5, np.float32)
+    data = _model(op_type, {"X": x}, {"Y": TensorProto.FLOAT}, opset, axis=-1)
+    with pytest.raises(Exception, match="rank"):  # noqa: PT011 - the runtimes raise different types
+        ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match=rf"{op_type}.*rank >= 1, got rank 0"):  # noqa: PT011
+        onnxpy.InferenceSession(data).run(None, {"X": x})
+
+
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
 def test_softmax_float16_and_large_values(op_type: str) -> None:
     rng = np.random.default_rng(2)
     x = (rng.standard_normal((4, 300)) * 4).astype(np.float16)
@@ -269,6 +282,19 @@ def test_group_norm_21_float16() -> None:
     assert got.dtype == np.float16
     want = _group_norm_oracle(x, scale.astype(np.float64), bias.astype(np.float64), 2, 1e-5)
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+@pytest.mark.parametrize(("shape", "groups"), [((0, 4, 3), 2), ((2, 0, 3), 1), ((2, 4, 0), 2)])
+def test_group_norm_empty_input(opset: int, shape: tuple[int, ...], groups: int) -> None:
+    # Y has X's shape (the spec) and no value to compute. onnxruntime and onnx.reference both fail
+    # here (their Reshape to [N, groups, -1] cannot infer -1 from no element); onnxpy failed the
+    # same way with numpy's message.
+    x = np.zeros(shape, np.float32)
+    n = groups if opset == 18 else shape[1]
+    scale, bias = np.ones(n, np.float32), np.zeros(n, np.float32)
+    (got,) = _ours("GroupNormalization", {"X": x, "scale": scale, "bias": bias}, opset, num_groups=groups)
+    assert got.shape == shape and got.dtype == np.float32
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1, -2])
@@ -560,6 +586,18 @@ def test_attention_gqa_layouts(qh: int, kvh: int, layout: str) -> None:
         ort_got, ort_want = _both("Attention", feeds, 23)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     _same(ort_got, ort_want, 1e-5)
+
+
+def test_attention_without_keys_names_the_problem() -> None:
+    # Softmax over no key has no value: onnxruntime refuses too ("KV sequence length must be
+    # greater than 0"); onnxpy failed in numpy's max of an empty axis.
+    q = np.zeros((1, 2, 3, 8), np.float32)
+    kv = np.zeros((1, 2, 0, 8), np.float32)
+    feeds = {"Q": q, "K": kv, "V": kv}
+    with pytest.raises(Exception, match="KV sequence length"):  # noqa: PT011 - onnxruntime's Fail
+        _both("Attention", feeds, 23)
+    with pytest.raises(Exception, match=r"Attention: no key/value positions \(K \[1, 2, 0, 8\]"):  # noqa: PT011
+        _ours("Attention", feeds, 23)
 
 
 @pytest.mark.parametrize("mask_kind", ["none", "bool", "float", "bool_short", "float_4d"])

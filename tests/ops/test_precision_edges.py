@@ -48,6 +48,34 @@ def test_mean_of_float16_does_not_overflow_in_its_sum() -> None:
         assert got.tolist() == want[0].tolist()
 
 
+def test_sum_of_float16_accumulates_in_float32() -> None:
+    # 60000 + 60000 overflows float16; onnxruntime adds in float32 and returns 60000.
+    inputs = {f"x{i}": np.array([v], np.float16) for i, v in enumerate([60000, 60000, -60000])}
+    model = node_model("Sum", inputs, 1, 13)
+    (got,) = run_ours(model, inputs)
+    (want,) = run_ort(model, inputs)
+    assert got.dtype == want.dtype == np.float16
+    assert got.tolist() == want.tolist() == [60000]
+
+
+@pytest.mark.parametrize("bounds", ["min only", "max only", "neither"])
+def test_clip_11_float16_omitted_bound_keeps_infinities(bounds: str) -> None:
+    # Opset 11 only: onnxruntime and onnx.reference leave a float16 infinity unclipped when the
+    # bound is omitted (from opset 12 onnxruntime clamps it to 65504, the test above).
+    x = np.array([np.inf, -np.inf, 2.5, -5.0, 1.0], np.float16)
+    inputs: dict[str, np.ndarray | None] = {"x": x}
+    if bounds == "min only":
+        inputs["lo"] = np.array(-1.5, np.float16)
+    elif bounds == "max only":
+        inputs.update(lo=None, hi=np.array(2.0, np.float16))
+    model = node_model("Clip", inputs, 1, 11)
+    (got,) = run_ours(model, inputs)
+    (want,) = run_ort(model, inputs)
+    assert got.dtype == want.dtype == np.float16
+    assert got.tolist() == want.tolist()
+    assert np.isinf(got[0]) == (bounds != "max only") and np.isinf(got[1]) == (bounds != "min only")
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("bounds", ["min only", "max only", "neither"])
 def test_clip_omitted_bounds_are_the_types_finite_limits(dtype: type, bounds: str) -> None:

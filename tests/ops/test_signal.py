@@ -200,6 +200,19 @@ def test_mel_weight_matrix(bins: int, dft: int, rate: int, low: float, high: flo
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_mel_weight_matrix_without_bins_is_empty() -> None:
+    inputs = {
+        "num_mel_bins": np.array(0, np.int64),
+        "dft_length": np.array(16, np.int64),
+        "sample_rate": np.array(16000, np.int64),
+        "lower_edge_hertz": np.array(0.0, np.float32),
+        "upper_edge_hertz": np.array(8000.0, np.float32),
+    }
+    got = ours("MelWeightMatrix", inputs, 17)
+    want = theirs("MelWeightMatrix", inputs, 17)
+    assert got.shape == want.shape == (9, 0) and got.dtype == want.dtype
+
+
 @pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
 @pytest.mark.parametrize("periodic", [0, 1])
 @pytest.mark.parametrize("size", [1, 2, 10, 33])

@@ -214,6 +214,16 @@ def test_concat_with_empty_input() -> None:
     vs_ort("Concat", {"a": X34, "b": np.zeros((0, 4), np.float32)}, {"y": F}, axis=0)
 
 
+def test_concat_refuses_scalars() -> None:
+    # onnxruntime refuses at load (axis out of range for rank 0); onnxpy gave numpy's message.
+    x = np.array(1.0, np.float32)
+    model, feeds = node_model("Concat", {"a": x, "b": x}, {"y": F}, axis=0)
+    with pytest.raises(Exception, match="rank"):  # noqa: PT011 - onnxruntime's Fail
+        run_ort(model, feeds)
+    msg = run_error("Concat", {"a": x, "b": x}, {"y": F}, axis=0)
+    assert "Concat: inputs must have rank >= 1, got rank 0" in msg
+
+
 @pytest.mark.parametrize("layouts", [("cl", "cl"), ("cl", "nchw"), ("nchw", "cl"), ("cl", "nchw", "nchw")])
 def test_concat_of_channels_last_inputs(layouts: tuple[str, ...]) -> None:
     """Channels-last inputs holding at least half the channels are joined in channels-last
@@ -577,6 +587,30 @@ def test_pad_modes(mode: str, pads: list[int]) -> None:
         assert "axis 1" in msg
         return
     vs_ort("Pad", {"x": X34, "p": np.array(pads, np.int64)}, {"y": F}, opset=19, mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["edge", "wrap"])
+def test_pad_copying_modes_refuse_an_empty_axis(mode: str) -> None:
+    # Nothing to copy from an empty axis: onnxruntime refuses too (edge: "Cannot use 'edge' mode
+    # to pad dimension with a value of 0"); onnxpy gave numpy's message.
+    x = np.zeros((0, 3), np.float32)
+    p = np.array([1, 0, 1, 0], np.int64)
+    model, feeds = node_model("Pad", {"x": x, "p": p}, {"y": F}, opset=19, mode=mode)
+    with pytest.raises(Exception):  # noqa: B017, PT011 - onnxruntime's Fail
+        run_ort(model, feeds)
+    msg = run_error("Pad", {"x": x, "p": p}, {"y": F}, opset=19, mode=mode)
+    assert f"Pad {mode}: cannot pad axis 0 by (1, 1): it has size 0" in msg
+    # Padding only the non-empty axis still works (an empty result), as in onnxruntime.
+    if mode == "edge":
+        vs_ort("Pad", {"x": x, "p": np.array([0, 1, 0, 1], np.int64)}, {"y": F}, opset=19, mode=mode)
+
+
+def test_pad_of_a_scalar_is_the_scalar() -> None:
+    # A rank-0 tensor takes 2 * 0 pads: the spec's shape inference gives shape [] (onnxruntime and
+    # onnx.reference both fail here; onnxpy gave numpy's "pad_width must be of integral type").
+    x = np.array(2.5, np.float32)
+    (got,) = onnxpy_only("Pad", {"x": x, "p": np.zeros(0, np.int64)}, {"y": F}, opset=19, mode="edge")
+    assert got.shape == () and got.dtype == np.float32 and float(got) == 2.5
 
 
 def test_pad_constant_value_and_axes() -> None:

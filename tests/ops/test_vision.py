@@ -394,6 +394,15 @@ def test_grid_sample_16(mode: str, padding: str, align: int) -> None:
     assert_same(got[0], want[0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+def test_grid_sample_empty_batch(mode: str) -> None:
+    x = np.zeros((0, 1, 3, 3), np.float32)
+    grid = np.zeros((0, 2, 2, 2), np.float32)
+    got, want = run_both("GridSample", {"X": x, "grid": grid}, 20, mode=mode)
+    assert got[0].shape == (0, 1, 2, 2)
+    assert_same(got[0], want[0])
+
+
 @pytest.mark.parametrize("mode", ["linear", "nearest"])
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align", [0, 1])

@@ -143,7 +143,8 @@ def feature_vectorizer(xp: Any, *X: Any, inputdimensions: list[int] | None = Non
         raise ValueError(f"inputdimensions has {len(dims)} entries for {len(X)} inputs")
     if any(d < 0 for d in dims):
         raise ValueError(f"inputdimensions {dims} must not be negative")
-    rows = [x.reshape(1, -1) if x.ndim <= 1 else x.reshape(x.shape[0], -1) for x in X]
+    # Explicit widths: -1 cannot be inferred when an input has no rows.
+    rows = [x.reshape(1, -1) if x.ndim <= 1 else x.reshape(x.shape[0], int(np.prod(x.shape[1:]))) for x in X]
     n = rows[0].shape[0] if rows else 0
     check_alloc((n, sum(dims)), np.float32, ctx, "FeatureVectorizer")  # widths are attributes
     parts = []
@@ -357,14 +358,17 @@ def _label_encoder(
 @op("Normalizer", 1, domain=ML)
 def normalizer(xp: Any, X: Any, *, norm: str = "MAX") -> Any:
     x = X.astype(xp.float32) if X.dtype != xp.float64 else X
+    if norm not in ("MAX", "L1", "L2"):
+        raise ValueError(f"norm '{norm}' is not one of MAX, L1, L2")
+    if x.ndim and x.shape[-1] == 0:
+        # Rows without features: nothing to scale, and MAX has no identity to reduce to.
+        return x.astype(xp.float32)
     if norm == "MAX":
         d = xp.max(x, axis=-1, keepdims=True)
     elif norm == "L1":
         d = xp.sum(xp.abs(x), axis=-1, keepdims=True)
-    elif norm == "L2":
-        d = xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))
     else:
-        raise ValueError(f"norm '{norm}' is not one of MAX, L1, L2")
+        d = xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))
     # A zero divisor leaves the row as it is.
     y = xp.where(d != 0, x / xp.where(d != 0, d, 1), x)
     return y.astype(xp.float32)

@@ -69,8 +69,12 @@ def _evaluate(graph: Graph, node: Node) -> list[Any] | None:
     if not node.outputs:
         return None
     try:
-        bound = bind_node(node, graph, CPU, _no_subgraph)
-        result = bound.fn(*args)
+        # Folded values follow IEEE rules silently, as at run time (session.run's errstate): a
+        # constant Log(0) neither warns at session creation nor, under warnings-as-errors,
+        # stays unfolded.
+        with np.errstate(all="ignore"):
+            bound = bind_node(node, graph, CPU, _no_subgraph)
+            result = bound.fn(*args)
     except Exception:  # noqa: BLE001 - anything that fails now fails (with context) at run time
         return None
     results = list(result) if isinstance(result, tuple) else [result]
