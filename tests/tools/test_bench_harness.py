@@ -134,3 +134,58 @@ def test_tiny_mlp_gets_its_floor_of_timed_calls(bench: ModuleType, tmp_path: Pat
     other = bench.measure(bench.ModelEntry("same_model_as_light", "light", str(path)), 1, args)
     assert (mlp.status, other.status) == ("ok", "ok")
     assert mlp.runs == 30 and other.runs == 2
+
+
+def test_quantized_variants_run_in_both_runtimes(tmp_path: Path) -> None:
+    """benchmarks/quantized.py: a float CNN becomes QDQ and QOperator variants, a model with an
+    integer input a dynamically quantized one; each loads and runs in onnxpy and onnxruntime."""
+    import onnxpy
+
+    spec = importlib.util.spec_from_file_location("onnxpy_bench_quantized", REPO / "benchmarks" / "quantized.py")
+    assert spec is not None and spec.loader is not None
+    quantized = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quantized)
+    rng = np.random.default_rng(0)
+    cnn = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            onnx.helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        "cnn",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [
+            numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+        ],
+    )
+    embed = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Gather", ["table", "ids"], ["e"]),
+            onnx.helper.make_node("MatMul", ["e", "w"], ["y"]),
+        ],
+        "embed",
+        [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [1, 5])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 5, 8])],
+        [
+            numpy_helper.from_array(rng.standard_normal((10, 8)).astype(np.float32), "table"),
+            numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w"),
+        ],
+    )
+    shared = []
+    for graph in (cnn, embed):
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        shared.append(str(tmp_path / f"{graph.name}.onnx"))
+        onnx.save(model, shared[-1])
+    made = quantized.quantized_models(shared, str(tmp_path))
+    assert [name for name, _ in made] == ["cnn QDQ", "cnn QOperator", "embed dynamic"]
+    ops = {name: {n.op_type for n in onnx.load(path).graph.node} for name, path in made}
+    assert "QuantizeLinear" in ops["cnn QDQ"] and "QLinearConv" in ops["cnn QOperator"]
+    assert "MatMulInteger" in ops["embed dynamic"]
+    feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    for name, path in made:
+        f = feeds if name.startswith("cnn") else {"ids": np.array([[1, 2, 3, 4, 9]], np.int64)}
+        got = onnxpy.InferenceSession(path).run(None, f)[0]
+        want = ort_run(onnx.load(path), f)[0]
+        assert got.shape == want.shape and np.abs(got - want).max() <= 0.05 * np.abs(want).max()
