@@ -208,3 +208,41 @@ def test_quantized_cnn_runs_fused_with_the_unfused_numbers(
     ort_plain = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     scale = float(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "y_scale")))
     assert np.abs(got - ort_plain.run(None, {"x": x})[0]).max() <= scale * 1.001
+
+
+def _requantized(middle: list[onnx.NodeProto], second_scale: float) -> onnx.ModelProto:
+    """x -> Q/DQ (scale 0.05) -> ``middle`` (reading "d1", writing "m") -> Q/DQ -> Neg -> y."""
+    inits = {"s": np.array(0.05, np.float32), "s2": np.array(second_scale, np.float32), "z": np.array(128, np.uint8)}
+    inits["shape"] = np.array([4, 6], np.int64)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["d1"]),
+        *middle,
+        helper.make_node("QuantizeLinear", ["m", "s2", "z"], ["q2"]),
+        helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["d2"]),
+        helper.make_node("Neg", ["d2"], ["y"]),
+    ]
+    return make_model(nodes, [vinfo("x", F, [2, 12])], [vinfo("y", F, None)], inits, opset=13)
+
+
+@pytest.mark.parametrize(
+    "middle",
+    [
+        [helper.make_node("Reshape", ["d1", "shape"], ["m"])],
+        [helper.make_node("Transpose", ["d1"], ["t"]), helper.make_node("Flatten", ["t"], ["m"])],
+        [helper.make_node("Concat", ["d1", "d1"], ["m"], axis=0)],
+        [helper.make_node("Relu", ["d1"], ["m"])],
+    ],
+    ids=["reshape", "transpose-flatten", "concat", "relu"],
+)
+def test_a_pair_on_values_already_on_its_grid_is_dropped(middle: list[onnx.NodeProto]) -> None:
+    """The quantizer re-quantizes after Reshape, Transpose, Concat...: on the same grid that
+    second FakeQuant changes no bit, and goes. Relu computes new values: it stays (fused)."""
+    x = EDGES[:24].reshape(2, 12)
+    same, other = _requantized(middle, 0.05), _requantized(middle, 0.07)
+    kept = 1 if middle[0].op_type != "Relu" else 2
+    assert optimized_op_counts(same).get("FakeQuant") == kept
+    assert optimized_op_counts(other).get("FakeQuant") == 2
+    for model in (same, other):
+        fused, plain = _sessions(model)
+        assert fused.run(None, {"x": x})[0].tobytes() == plain.run(None, {"x": x})[0].tobytes()

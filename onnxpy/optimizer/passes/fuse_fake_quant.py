@@ -17,6 +17,12 @@ computes the right-hand side in place (four passes) and is an activation like Re
 its output while the block is in cache. It maps 0 to 0 (z lies in [qmin, qmax]), so the
 pointwise-depthwise fusion takes it too.
 
+FakeQuant is idempotent bit for bit (y = k * s rounded gives rint(y / s) = k back for every
+|k| < 2**16), so one whose input already holds values of its own grid is dropped: the input
+produced by a FakeQuant with the same parameters (or a node applying it as its activation),
+directly or through operators that only move or select values (Reshape, Transpose, MaxPool,
+Concat...). onnxruntime's quantizer puts a Q/DQ pair after each of those too.
+
 Taken when the scale is a positive finite float32 constant scalar, the zero point (if any) a
 constant integer scalar, the Q's only reader a DQ with the same constants, and Q's integer output
 no graph output. A NaN stays NaN here, where the integer path casts it to some integer: the
@@ -29,7 +35,7 @@ import numpy as np
 
 from ...ir.graph import Graph, Node
 from ...model import dtypes
-from ..rewrite import FUSED_DOMAIN, Sweep, constant
+from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant, remove_nodes, rename_all
 
 _QUANTIZE_DOMAINS = ("", "com.microsoft")
 
@@ -105,7 +111,63 @@ def fake_quant_params(graph: Graph, q: Node, dq: Node) -> list[float] | None:
     return [s, float(rng[0] - z), float(rng[1] - z)]
 
 
+# Operators whose outputs hold only values of their (first, or every) data input, so a grid the
+# input's values lie on holds for the output too.
+_SELECTING = frozenset(
+    {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice", "Expand", "MaxPool", "Tile"}
+)
+_SELECTING_ALL_INPUTS = frozenset({"Concat"})
+
+
+def _grid_of(uses: Uses, name: str, depth: int = 0) -> list[float] | None:
+    """FakeQuant parameters every value of ``name`` is known to lie on, or None."""
+    node = uses.producer.get(name)
+    if node is None or depth > 8:
+        return None
+    if node.domain == FUSED_DOMAIN and (node.op_type == "FakeQuant" or node.attrs.get("activation") == "FakeQuant"):
+        if node.op_type != "FakeQuant" and (node.outputs[0] != name or len(node.outputs) != 1):
+            return None
+        return list(node.attrs.get("activation_params", []))
+    if node.domain:
+        return None
+    if node.op_type == "MaxPool" and len(node.outputs) > 1 and node.outputs[1]:
+        return None  # its indices output is not a value of the input
+    if node.op_type in _SELECTING and node.outputs[0] == name:
+        return _grid_of(uses, node.inputs[0], depth + 1)
+    if node.op_type in _SELECTING_ALL_INPUTS:
+        grids = [_grid_of(uses, i, depth + 1) for i in node.inputs]
+        return grids[0] if grids and all(g is not None and g == grids[0] for g in grids) else None
+    return None
+
+
+def _drop_repeated(graph: Graph) -> bool:
+    """Remove FakeQuant nodes whose input already lies on their grid."""
+    uses = Uses(graph)
+    mapping: dict[str, str] = {}
+    dead: list[Node] = []
+    for node in graph.nodes:
+        if node.domain != FUSED_DOMAIN or node.op_type != "FakeQuant" or node.outputs[0] in uses.graph_outputs:
+            continue
+        if _grid_of(uses, node.inputs[0]) == list(node.attrs["activation_params"]):
+            mapping[node.outputs[0]] = node.inputs[0]
+            dead.append(node)
+    if not dead:
+        return False
+    for out, src in mapping.items():  # chains (a dropped node reading another) to their source
+        while src in mapping:
+            src = mapping[src]
+        mapping[out] = src
+    remove_nodes(graph, dead)
+    rename_all(graph, mapping)
+    return True
+
+
 def run(graph: Graph) -> bool:
+    changed = _drop_repeated(graph)
+    return _fuse_pairs(graph) or changed
+
+
+def _fuse_pairs(graph: Graph) -> bool:
     sweep = Sweep(graph)
     uses = sweep.uses
     for q in list(graph.nodes):
