@@ -7,17 +7,36 @@ outputs = sess.run(None, {"input": x})
 
 from __future__ import annotations
 
+import os as _os
+
 from . import ops as _ops  # noqa: F401 - registers every kernel
-from .api.errors import (
+from .api.devices import (
+    OrtDeviceVendorId,
+    OrtEpDevice,
+    OrtExecutionProviderDevicePolicy,
+    OrtHardwareDevice,
+    OrtHardwareDeviceType,
+    get_ep_devices,
+)
+
+# The exception classes are attributes (onnxpy.InvalidArgument) but not in __all__: a star
+# import must not rebind the builtin NotImplemented. onnxruntime keeps them in
+# onnxruntime.capi.onnxruntime_pybind11_state, as onnxpy.capi does.
+from .api.errors import (  # noqa: F401 - re-exported as attributes
+    DeviceReset,
     EngineError,
     EPFail,
     Fail,
     InvalidArgument,
+    InvalidArgumentType,
     InvalidGraph,
     InvalidProtobuf,
+    ModelLoadCanceled,
     ModelLoaded,
+    ModelRequiresCompilation,
     NoModel,
     NoSuchFile,
+    NotFound,
     NotImplemented,
     OnnxpyError,
     RuntimeException,
@@ -26,6 +45,7 @@ from .api.iobinding import IOBinding
 from .api.options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from .api.ortvalue import OrtDevice, OrtValue
 from .api.session import InferenceSession, ModelMetadata, NodeArg
+from .api.unsupported import PLACEHOLDERS as _PLACEHOLDERS
 from .ops.randomness import set_seed
 from .providers import available_provider_names as _available
 from .runtime.facts import GLOBAL_POOL as _GLOBAL_POOL
@@ -33,6 +53,12 @@ from .runtime.logs import set_default_logger_callback, set_default_logger_severi
 
 __version__ = "0.1.0"
 version = __version__
+package_name = "onnxpy"
+cuda_version = ""  # onnxpy is not built against CUDA: CuPy brings its own
+
+# onnxruntime's names for features onnxpy cannot provide (LoRA adapters, sparse tensors, native
+# allocators and EP libraries...): using one raises NotImplemented saying why (api/unsupported.py).
+globals().update(_PLACEHOLDERS)
 
 
 def get_available_providers() -> list[str]:
@@ -78,6 +104,24 @@ def set_global_thread_pool_sizes(intra_op_num_threads: int = 0, inter_op_num_thr
         _GLOBAL_POOL[name] = int(value)
 
 
+def has_collective_ops() -> bool:
+    """onnxpy has no collective (multi-device communication) operators."""
+    return False
+
+
+def preload_dlls(cuda: bool = True, cudnn: bool = True, msvc: bool = True, directory: str | None = None) -> None:
+    """Accepted for compatibility, does nothing: onnxpy loads no native libraries of its own
+    (CuPy finds the CUDA libraries it needs when the CUDA provider first runs)."""
+
+
+def print_debug_info() -> None:
+    """Print what helps a bug report: onnxpy's build info, where it is installed and its providers."""
+    print(get_build_info())
+    print(f"onnxpy at {_os.path.dirname(__file__)}")
+    print(f"available providers: {get_available_providers()}")
+    print(f"devices: {get_ep_devices()}")
+
+
 def disable_telemetry_events() -> None:
     """Accepted for compatibility: onnxpy collects and sends no telemetry."""
 
@@ -111,16 +155,18 @@ __all__ = [
     "disable_telemetry_events",
     "enable_telemetry_events",
     "__version__",
-    "OnnxpyError",
-    "Fail",
-    "InvalidArgument",
-    "NoSuchFile",
-    "NoModel",
-    "EngineError",
-    "RuntimeException",
-    "InvalidProtobuf",
-    "ModelLoaded",
-    "NotImplemented",
-    "InvalidGraph",
-    "EPFail",
+    "get_ep_devices",
+    "OrtDeviceVendorId",
+    "OrtEpDevice",
+    "OrtHardwareDevice",
+    "OrtHardwareDeviceType",
+    "OrtExecutionProviderDevicePolicy",
+    "has_collective_ops",
+    "preload_dlls",
+    "print_debug_info",
+    "package_name",
+    "cuda_version",
+    *_PLACEHOLDERS,
 ]
+
+from . import capi as capi  # noqa: E402 - onnxruntime's capi namespace, over the names above

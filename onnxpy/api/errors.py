@@ -20,6 +20,11 @@ class InvalidArgument(OnnxpyError, ValueError):
     pass
 
 
+class InvalidArgumentType(InvalidArgument, TypeError):
+    """An argument of the wrong type: onnxruntime's bindings raise TypeError there, so this is
+    one too, and still an InvalidArgument for code catching onnxpy's class."""
+
+
 class NoSuchFile(OnnxpyError, FileNotFoundError):
     pass
 
@@ -56,6 +61,24 @@ class EPFail(OnnxpyError):
     pass
 
 
+# onnxruntime's other status classes: onnxpy raises none of them today, but code naming them in
+# an ``except`` clause must find them.
+class NotFound(OnnxpyError):
+    pass
+
+
+class ModelLoadCanceled(OnnxpyError):
+    pass
+
+
+class ModelRequiresCompilation(OnnxpyError):
+    pass
+
+
+class DeviceReset(OnnxpyError):
+    pass
+
+
 __all__ = [
     "OnnxpyError",
     "Fail",
@@ -69,4 +92,9 @@ __all__ = [
     "NotImplemented",
     "InvalidGraph",
     "EPFail",
+    "NotFound",
+    "ModelLoadCanceled",
+    "ModelRequiresCompilation",
+    "DeviceReset",
+    "InvalidArgumentType",
 ]

@@ -17,9 +17,13 @@ What each option does in onnxpy:
   glibc's malloc thresholds once per process (onnxpy.runtime.memory); False leaves malloc as
   it is, unless another session of the process already set them.
 
-Every option is checked when assigned (``_Checked``): a value of the wrong kind raises
-InvalidArgument naming the option and what it takes, instead of being coerced (an int() of
-2.5, a truthy "no"). Enum options also take their int values.
+Every option is checked when assigned (``_Checked``): a value of the wrong type raises
+InvalidArgumentType (an InvalidArgument that is a TypeError, as onnxruntime raises TypeError),
+one out of range InvalidArgument, naming the option and what it takes, instead of being
+coerced (an int() of 2.5, a truthy "no"). Enum options also take their int values.
+
+Execution-provider devices (onnxpy.api.devices): add_provider_for_devices and
+set_provider_selection_policy choose the provider of a session created without ``providers``.
 
 Accepted for compatibility, no effect in onnxpy (documented, not silently dropped):
 inter_op_num_threads and execution_mode (nodes always run in order on one thread),
@@ -39,17 +43,17 @@ count from onnxpy.set_global_thread_pool_sizes; logid is the logid a log callbac
 from __future__ import annotations
 
 import copy
-import enum
 import os
 from typing import Any
 
 import numpy as np
 
-from . import errors
-from .errors import InvalidArgument
+from . import devices, errors, unsupported
+from .enums import NamedIntEnum
+from .errors import InvalidArgument, InvalidArgumentType
 
 
-class GraphOptimizationLevel(enum.IntEnum):
+class GraphOptimizationLevel(NamedIntEnum):
     ORT_DISABLE_ALL = 0
     ORT_ENABLE_BASIC = 1
     ORT_ENABLE_EXTENDED = 2
@@ -57,12 +61,12 @@ class GraphOptimizationLevel(enum.IntEnum):
     ORT_ENABLE_ALL = 99
 
 
-class ExecutionMode(enum.IntEnum):
+class ExecutionMode(NamedIntEnum):
     ORT_SEQUENTIAL = 0
     ORT_PARALLEL = 1
 
 
-class ExecutionOrder(enum.IntEnum):
+class ExecutionOrder(NamedIntEnum):
     DEFAULT = 0
     PRIORITY_BASED = 1
     MEMORY_EFFICIENT = 2
@@ -80,31 +84,35 @@ CONFIG_KEYS = {
 }
 
 
-def _member(kind: type[enum.IntEnum], value: Any, what: str) -> Any:
+def _member(kind: type[NamedIntEnum], value: Any, what: str) -> Any:
     """``value`` as a member of ``kind`` (its members or their int values); a clear error for
     anything else (an int() of a string or float would hide the mistake)."""
     if isinstance(value, kind):
         return value
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        try:
-            return kind(int(value))
-        except ValueError:
-            pass
     valid = ", ".join(f"{m.name} ({int(m)})" for m in kind)
-    raise InvalidArgument(f"{what} must be one of {valid}, got {value!r}")
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise InvalidArgumentType(f"{what} must be one of {valid}, got {value!r}")
+    try:
+        return kind(int(value))
+    except ValueError:
+        raise InvalidArgument(f"{what} must be one of {valid}, got {value!r}") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _count(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InvalidArgument(f"{what} must be an int >= 0 (0: the default), got {value!r}")
+    if not _is_int(value) or value < 0:
+        error = InvalidArgument if _is_int(value) else InvalidArgumentType
+        raise error(f"{what} must be an int >= 0 (0: the default), got {value!r}")
     return int(value)
 
 
 def _severity(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not -1 <= value <= 4:
-        raise InvalidArgument(
-            f"{what} must be an int from 0 (verbose) to 4 (fatal), or -1 (the default), got {value!r}"
-        )
+    if not _is_int(value) or not -1 <= value <= 4:
+        error = InvalidArgument if _is_int(value) else InvalidArgumentType
+        raise error(f"{what} must be an int from 0 (verbose) to 4 (fatal), or -1 (the default), got {value!r}")
     return int(value)
 
 
@@ -112,7 +120,8 @@ def _flag(value: Any, what: str) -> bool:
     # bools (and 0 / 1): a string such as "false" or "no" would count as true
     if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
         return bool(value)
-    raise InvalidArgument(f"{what} must be True or False, got {value!r}")
+    error = InvalidArgument if _is_int(value) else InvalidArgumentType
+    raise error(f"{what} must be True or False, got {value!r}")
 
 
 def _text(value: Any, what: str) -> str:
@@ -120,14 +129,15 @@ def _text(value: Any, what: str) -> str:
         return value
     if isinstance(value, os.PathLike):
         return os.fspath(value)  # type: ignore[return-value]
-    raise InvalidArgument(f"{what} must be a string, got {value!r}")
+    raise InvalidArgumentType(f"{what} must be a string, got {value!r}")
 
 
 def _dimension(name: Any, value: Any, what: str) -> tuple[str, int]:
     if not isinstance(name, str):
-        raise InvalidArgument(f"{what}: the dimension's name must be a string, got {name!r}")
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InvalidArgument(f"{what}: the value for '{name}' must be an int >= 0, got {value!r}")
+        raise InvalidArgumentType(f"{what}: the dimension's name must be a string, got {name!r}")
+    if not _is_int(value) or value < 0:
+        error = InvalidArgument if _is_int(value) else InvalidArgumentType
+        raise error(f"{what}: the value for '{name}' must be an int >= 0, got {value!r}")
     return name, int(value)
 
 
@@ -192,7 +202,7 @@ class SessionOptions(_Closed):
         self.execution_mode: ExecutionMode = ExecutionMode.ORT_SEQUENTIAL
         self.execution_order: ExecutionOrder = ExecutionOrder.DEFAULT
         self.enable_profiling: bool = False
-        self.profile_file_prefix: str = "onnxpy_profile_"
+        self.profile_file_prefix: str = "onnxruntime_profile_"  # onnxruntime's default
         self.optimized_model_filepath: str = ""
         self.log_severity_level: int = -1
         self.log_verbosity_level: int = 0
@@ -208,10 +218,13 @@ class SessionOptions(_Closed):
         self._free_dim_by_denotation: dict[str, int] = {}
         self._initializers: dict[str, Any] = {}
         self._external_initializers: dict[str, Any] = {}
+        # add_provider_for_devices: (provider, options) pairs; a tuple, so snapshots share it safely
+        self._device_providers: tuple[tuple[str, dict[str, str]], ...] = ()
+        self._device_policy: devices.OrtExecutionProviderDevicePolicy | None = None
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidArgument(
+            raise InvalidArgumentType(
                 f"add_session_config_entry takes a string key and a string value, got {key!r} and {value!r}"
             )
         self._config[key] = value
@@ -244,7 +257,7 @@ class SessionOptions(_Closed):
             )
         for name in names:
             if not isinstance(name, str):
-                raise InvalidArgument(f"add_external_initializers: names must be strings, got {name!r}")
+                raise InvalidArgumentType(f"add_external_initializers: names must be strings, got {name!r}")
         self._external_initializers.update(zip(names, values))
 
     def register_custom_ops_library(self, library_path: str) -> None:
@@ -255,6 +268,48 @@ class SessionOptions(_Closed):
             f"register_custom_ops_library('{library_path}'): onnxpy cannot load native onnxruntime custom-op "
             "libraries; register the operator's kernel in Python with onnxpy.ops.registry.op instead"
         )
+
+    def add_provider_for_devices(self, ep_devices: Any, ep_options: Any) -> None:
+        """Run sessions created with these options (and no ``providers``) on the provider of
+        ``ep_devices`` (OrtEpDevices of onnxpy.get_ep_devices(), all of one provider), configured
+        by ``ep_options``. With several devices of one provider the first one is used."""
+        if isinstance(ep_devices, (str, bytes)) or not hasattr(ep_devices, "__iter__"):
+            raise InvalidArgumentType(f"add_provider_for_devices: expected a list of OrtEpDevice, got {ep_devices!r}")
+        chosen = list(ep_devices)
+        for d in chosen:
+            if not isinstance(d, devices.OrtEpDevice):
+                raise InvalidArgumentType(f"add_provider_for_devices: expected OrtEpDevice instances, got {d!r}")
+        if not hasattr(ep_options, "items") or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in ep_options.items()
+        ):
+            raise InvalidArgumentType(f"add_provider_for_devices: ep_options must map str to str, got {ep_options!r}")
+        if not chosen:
+            raise InvalidArgument("add_provider_for_devices: Must provide one or more OrtEpDevice instances.")
+        names = sorted({d.ep_name for d in chosen})
+        if len(names) > 1:
+            raise InvalidArgument(
+                f"add_provider_for_devices: all OrtEpDevice instances must be of one provider, got {names}"
+            )
+        pair = devices.providers_for_devices(chosen, dict(ep_options))
+        self._device_providers = (*self._device_providers, pair)
+
+    def set_provider_selection_policy(self, policy: Any) -> None:
+        """Run sessions created with these options (and no ``providers``) where ``policy``
+        (an OrtExecutionProviderDevicePolicy) points: PREFER_GPU and MAX_PERFORMANCE on CUDA when
+        it is available, every other policy (and those without a GPU) on the CPU."""
+        self._device_policy = _member(devices.OrtExecutionProviderDevicePolicy, policy, "set_provider_selection_policy")
+
+    def has_providers(self) -> bool:
+        """Whether add_provider_for_devices or set_provider_selection_policy chose providers."""
+        return bool(self._device_providers) or self._device_policy is not None
+
+    def _selected_providers(self) -> list[Any]:
+        """The providers (names or (name, options) pairs) these options select, [] for none."""
+        if self._device_providers:
+            return list(self._device_providers)
+        if self._device_policy is not None:
+            return list(devices.providers_for_policy(self._device_policy))
+        return []
 
     def config(self, key: str, default: str | None = None) -> str | None:
         """onnxpy's own accessor: a config entry or ``default``."""
@@ -282,10 +337,13 @@ class RunOptions(_Closed):
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidArgument(
+            raise InvalidArgumentType(
                 f"add_run_config_entry takes a string key and a string value, got {key!r} and {value!r}"
             )
         self._config[key] = value
+
+    def add_active_adapter(self, adapter: Any) -> None:
+        unsupported.refuse("RunOptions.add_active_adapter", unsupported.LORA)
 
     def get_run_config_entry(self, key: str) -> str:
         try:

@@ -21,6 +21,7 @@ import onnx
 
 from ..model import dtypes
 from ..providers import CPU, Provider, provider_for_device
+from . import unsupported
 from .errors import Fail, InvalidArgument
 
 # onnxruntime's OrtDevice constants
@@ -175,8 +176,17 @@ class OrtValue:
 
     @staticmethod
     def ortvalue_from_shape_and_type(
-        shape: Sequence[int], element_type: Any, device_type: str = "cpu", device_id: int = 0, vendor_id: int = -1
+        shape: Sequence[int],
+        element_type: Any,
+        device_type: str = "cpu",
+        device_id: int = 0,
+        vendor_id: int = -1,
+        memory_info: Any = None,
     ) -> OrtValue:
+        """A tensor of ``shape`` and ``element_type`` (uninitialized; strings start empty) on the
+        device. ``memory_info`` (onnxruntime's allocator choice) is refused: onnxpy has none."""
+        if memory_info is not None:
+            unsupported.refuse("ortvalue_from_shape_and_type(memory_info=...)", unsupported.ALLOCATOR)
         dt = _element_dtype(element_type)
         dims = _check_shape(shape, "ortvalue_from_shape_and_type")
         provider = provider_for_device(device_type, device_id)
@@ -205,7 +215,10 @@ class OrtValue:
 
     @staticmethod
     def ort_value_from_sparse_tensor(sparse_tensor: Any) -> OrtValue:
-        raise InvalidArgument("sparse tensors are not supported by onnxpy; densify the tensor first")
+        unsupported.refuse("OrtValue.ort_value_from_sparse_tensor", unsupported.SPARSE)
+
+    def as_sparse_tensor(self) -> Any:
+        unsupported.refuse("OrtValue.as_sparse_tensor", unsupported.SPARSE)
 
     # -- queries --------------------------------------------------------------------------------
     def _tensor(self, what: str) -> Any:
@@ -272,7 +285,7 @@ class OrtValue:
         # shape must not reshape this value.
         return host.view() if host is v and type(host) is np.ndarray else host
 
-    def update_inplace(self, np_arr: Any) -> None:
+    def update_inplace(self, data: Any) -> None:
         """Overwrite this tensor's values in place with a numpy array or another OrtValue.
 
         The source needs the same dtype and element count (its shape may differ). The memory (and
@@ -280,12 +293,12 @@ class OrtValue:
         rather than a reinterpretation of bytes.
         """
         t = self._tensor("update_inplace")
-        if isinstance(np_arr, OrtValue):
-            src_provider = np_arr._provider
-            src = np_arr._tensor("update_inplace source")
+        if isinstance(data, OrtValue):
+            src_provider = data._provider
+            src = data._tensor("update_inplace source")
         else:
             src_provider = CPU
-            src = as_host_array(np_arr, "update_inplace")
+            src = as_host_array(data, "update_inplace")
         if src.dtype != t.dtype:
             raise InvalidArgument(f"update_inplace: got dtype {src.dtype}, the OrtValue holds {t.dtype}")
         if src.size != t.size:

@@ -26,7 +26,14 @@ from ..ir.graph import Graph, normalize_domain
 from ..model import dtypes
 from ..model.load import load_model
 from ..optimizer.manager import optimize
-from ..providers import CPU, PROVIDER_DEVICES, Provider, available_provider_names, provider_for_session
+from ..providers import (
+    CPU,
+    PROVIDER_DEVICES,
+    Provider,
+    available_provider_names,
+    cuda_graph_option,
+    provider_for_session,
+)
 from ..runtime import logs
 from ..runtime.compile import apply_free_dimension_overrides, build_graph
 from ..runtime.compiled import CompiledGraph
@@ -36,7 +43,8 @@ from ..runtime.memory import keep_freed_memory, release_free_memory
 from ..runtime.split import runner as split_runner
 from ..runtime.split.runner import SplitRunner
 from ..runtime.threads import pool_task
-from .errors import Fail, InvalidArgument, InvalidGraph, NoSuchFile, OnnxpyError
+from . import unsupported
+from .errors import Fail, InvalidArgument, InvalidArgumentType, InvalidGraph, NoSuchFile, OnnxpyError
 from .options import RunOptions, SessionOptions
 from .ortvalue import OrtValue, as_host_array
 
@@ -201,7 +209,14 @@ class InferenceSession:
     ) -> None:
         started = time.perf_counter()
         if sess_options is not None and not isinstance(sess_options, SessionOptions):
-            raise InvalidArgument(f"sess_options must be an onnxpy.SessionOptions, got {type(sess_options).__name__}")
+            raise InvalidArgumentType(
+                f"sess_options must be an onnxpy.SessionOptions, got {type(sess_options).__name__}"
+            )
+        if not isinstance(path_or_bytes, (str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelProto)):
+            raise InvalidArgumentType(
+                f"Unable to load from type '{type(path_or_bytes).__name__}': expected a path (str or os.PathLike), "
+                "bytes or an onnx.ModelProto"
+            )
         # The options as they are now: later changes to the caller's object do not reach this
         # session (onnxruntime copies them too), and get_session_options() reports what is used.
         self._sess_options = sess_options._snapshot() if sess_options is not None else SessionOptions()
@@ -231,6 +246,17 @@ class InferenceSession:
                 weakref.finalize(self, self._split.close)
             else:
                 warnings.warn(f"{split_runner.CONFIG_KEY} is ignored: {why_not}", RuntimeWarning, stacklevel=3)
+        if opts.has_providers():
+            if providers:
+                warnings.warn(
+                    "Specified 'providers'/'provider_options' when creating InferenceSession but SessionOptions has "
+                    "already been configured with providers. InferenceSession will only use the providers passed "
+                    "to InferenceSession().",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            else:  # the devices or policy of the options choose
+                providers, provider_options = opts._selected_providers(), None
         self._set_providers(providers, provider_options, base)
         del base
         release_free_memory()
@@ -418,7 +444,8 @@ class InferenceSession:
         return list(self._providers)
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
-        return {n: dict(o) for n, o in zip(self._providers, self._provider_options)}
+        """Each provider's options as it runs with them (see ``_reported_options``)."""
+        return {n: _reported_options(n, o) for n, o in zip(self._providers, self._provider_options)}
 
     def get_session_options(self) -> SessionOptions:
         return self._sess_options._snapshot()  # a copy, as onnxruntime returns
@@ -428,6 +455,19 @@ class InferenceSession:
     ) -> None:
         with logs.scope(self._sess_options.log_severity_level, self._sess_options.logid):
             self._set_providers(providers, provider_options)
+
+    def get_tuning_results(self) -> list[dict[str, Any]]:
+        """onnxpy has no tunable kernels: there are never tuning results."""
+        return []
+
+    def set_tuning_results(self, results: Sequence[dict[str, Any]], error_on_invalid: bool = False) -> None:
+        """Accepted for compatibility: onnxpy has no tunable kernels to give them to."""
+
+    def get_input_memory_infos(self) -> list[Any]:
+        unsupported.refuse("InferenceSession.get_input_memory_infos", unsupported.ALLOCATOR)
+
+    def get_output_memory_infos(self) -> list[Any]:
+        unsupported.refuse("InferenceSession.get_output_memory_infos", unsupported.ALLOCATOR)
 
     def disable_fallback(self) -> None:
         """Accepted for compatibility: onnxpy never silently changes provider during a run."""
@@ -449,7 +489,9 @@ class InferenceSession:
             if out is not None:
                 return out
         if not isinstance(input_feed, dict):
-            raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
+            raise InvalidArgumentType(
+                f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}"
+            )
         feeds = {name: self._prepare_feed(name, value) for name, value in input_feed.items()}
         values = self._run_device(output_names, feeds, run_options)
         return self._to_user_all(values, feeds)
@@ -527,9 +569,11 @@ class InferenceSession:
         As in onnxruntime, the input arrays are read while the run goes on: do not change them
         before the callback. A callback that raises is reported through threading.excepthook."""
         if not callable(callback):
-            raise InvalidArgument(f"run_async: callback must be callable, got {type(callback).__name__}")
+            raise InvalidArgumentType(f"run_async: callback must be callable, got {type(callback).__name__}")
         if not isinstance(input_feed, dict):
-            raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
+            raise InvalidArgumentType(
+                f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}"
+            )
         missing = [n for n in self._required if n not in input_feed]
         if missing:
             raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(input_feed)}).")
@@ -564,7 +608,7 @@ class InferenceSession:
         feeds = {}
         for name, v in input_dict_ort_values.items():
             if not isinstance(v, OrtValue):
-                raise InvalidArgument(
+                raise InvalidArgumentType(
                     f"run_with_ort_values: input '{name}' must be an OrtValue, got {type(v).__name__}"
                 )
             feeds[name] = self._prepare_feed(name, v)
@@ -582,7 +626,7 @@ class InferenceSession:
         from .iobinding import IOBinding
 
         if not isinstance(iobinding, IOBinding):
-            raise InvalidArgument(
+            raise InvalidArgumentType(
                 f"run_with_iobinding needs an IOBinding from this session's io_binding(), got {type(iobinding).__name__}"
             )
         if iobinding._session is not self:
@@ -716,7 +760,7 @@ class InferenceSession:
         """Which compiled graph and plan serve these output names (cached per name tuple)."""
         compiled = self._compiled
         if isinstance(output_names, str):
-            raise InvalidArgument(
+            raise InvalidArgumentType(
                 f"output_names must be a list of names (or None for all), got the string {output_names!r}; "
                 f"write [{output_names!r}]"
             )
@@ -732,7 +776,7 @@ class InferenceSession:
             return names, hit[0], hit[1]
         for n in names:
             if not isinstance(n, str):
-                raise InvalidArgument(f"output names must be strings, got {n!r}")
+                raise InvalidArgumentType(f"output names must be strings, got {n!r}")
         if all(n in self._output_names or n in self._input_names for n in names):
             target = compiled
         else:
@@ -895,7 +939,34 @@ def _flat(results: list[Any]) -> list[Any]:
 
 def _check_run_options(run_options: Any) -> None:
     if not isinstance(run_options, RunOptions):
-        raise InvalidArgument(f"run_options must be a RunOptions (or None), got {type(run_options).__name__}")
+        raise InvalidArgumentType(f"run_options must be a RunOptions (or None), got {type(run_options).__name__}")
+
+
+def _reported_options(name: str, given: dict[str, str]) -> dict[str, str]:
+    """What get_provider_options reports for a provider. The CPU provider: nothing, as
+    onnxruntime's (it takes no options that change a run). CUDA: each option onnxpy's CUDA
+    provider acts on, with its value or default, as strings with booleans '0'/'1' (as
+    onnxruntime reports): device_id, user_compute_stream / has_user_compute_stream and
+    enable_cuda_graph. The onnxruntime options it accepts and ignores (gpu_mem_limit,
+    cudnn_conv_algo_search...) are left out: onnxpy does not honour them. Other providers (added
+    with onnxpy.providers.register_provider): the options given."""
+    if name == "CPUExecutionProvider":
+        return {}
+    if name != "CUDAExecutionProvider":
+        return dict(given)
+    stream = _int_text(given.get("user_compute_stream", "0"))
+    return {
+        "device_id": str(_int_text(given.get("device_id", "0"))),
+        "has_user_compute_stream": "1" if "user_compute_stream" in given else "0",
+        "user_compute_stream": str(stream),
+        "enable_cuda_graph": "1" if cuda_graph_option(given) else "0",
+    }
+
+
+def _int_text(text: str) -> int:
+    """An int option as the provider read it (decimal, or hex such as a stream's 0x... address)."""
+    text = text.strip()
+    return int(text, 16) if text.lower().startswith("0x") else int(text)
 
 
 def _python_feed(value: Any, spec: _InputSpec) -> np.ndarray:

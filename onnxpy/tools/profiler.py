@@ -70,7 +70,7 @@ class Profiler:
 
     def __init__(self, prefix: str, start: float | None = None) -> None:
         """``start``: a ``time.perf_counter()`` reading taken when profiling began (default: now)."""
-        self.prefix = prefix or "onnxpy_profile_"
+        self.prefix = prefix or "onnxruntime_profile_"  # SessionOptions.profile_file_prefix default
         if start is None:
             start = time.perf_counter()
         self.start_s = start
