@@ -1,8 +1,10 @@
 """Load a model from a path, bytes or ModelProto, resolving external data safely.
 
-External data is read only from regular files inside the model's folder: absolute paths, ``..``
-components and links that resolve outside the folder are refused, and offset/length are checked
-against the file size and against what the tensor's shape and type need, before anything is read.
+External data is read only from regular files inside the model's folder: a location is looked up
+next to the model path as given (a link to the model, as in the Hugging Face hub cache, keeps its
+data beside the link), and absolute locations and those that resolve (``..``, links) outside both
+that folder and the folder of the model's real file are refused. offset/length are checked against
+the file size and against what the tensor's shape and type need, before anything is read.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def load_model(
 
     ``provided``: host arrays by initializer name (``SessionOptions.add_external_initializers``)
     that take the place of those main-graph initializers' external data, which is then not read."""
+    roots: list[Path] = []  # real folders external data may resolve into
     if isinstance(source, ModelProto):
         check_nesting(source)  # before copying: a copy of an absurdly deep message recurses in C
         model = ModelProto()
@@ -73,14 +76,17 @@ def load_model(
         except OSError as e:
             raise NoSuchFile(f"Load model from {path} failed: {e}") from e
         model = _parse(data, str(path))
-        folder = path.resolve().parent
+        # Data files are named relative to the path as given, not to where a link to it points.
+        folder = path.absolute().parent
+        roots = [folder.resolve(), path.resolve().parent]
     else:
         raise InvalidArgument(
             f"cannot load a model from {type(source).__name__}: expected a path (str or os.PathLike), "
             "bytes or an onnx.ModelProto"
         )
     if external_data_dir is not None:
-        folder = Path(os.fspath(external_data_dir)).resolve()
+        folder = Path(os.fspath(external_data_dir)).absolute()
+        roots = [folder.resolve()]
         if not folder.is_dir():
             raise InvalidArgument(
                 f"session config 'session.model_external_initializers_file_folder_path': '{external_data_dir}' is not a folder"
@@ -90,7 +96,7 @@ def load_model(
     check_strings(model)
     if provided:
         _provide_external(model, provided)
-    resolve_external_data(model, folder)
+    resolve_external_data(model, folder, roots)
     return model, folder
 
 
@@ -244,7 +250,11 @@ def _attr_tensors(attr: AttributeProto, stack: list[GraphProto]) -> Iterator[Ten
     stack.extend(attr.graphs)
 
 
-def resolve_external_data(model: ModelProto, folder: Path | None) -> None:
+def resolve_external_data(model: ModelProto, folder: Path | None, roots: list[Path] | None = None) -> None:
+    """Read every external tensor's data into it. Locations are relative to ``folder`` and must
+    resolve inside one of ``roots`` (real folders; by default ``folder`` itself, resolved)."""
+    if roots is None:
+        roots = [folder.resolve()] if folder is not None else []
     tensors = list(iter_tensors(model.graph))
     for fn in model.functions:
         for node in fn.node:
@@ -255,10 +265,10 @@ def resolve_external_data(model: ModelProto, folder: Path | None) -> None:
                     tensors.extend(iter_tensors(g))
     for t in tensors:
         if t.data_location == TensorProto.EXTERNAL:
-            _load_external(t, folder)
+            _load_external(t, folder, roots)
 
 
-def _load_external(tensor: TensorProto, folder: Path | None) -> None:
+def _load_external(tensor: TensorProto, folder: Path | None, roots: list[Path]) -> None:
     info = {e.key: e.value for e in tensor.external_data}
     name = tensor.name or "<unnamed>"
     location = info.get("location")
@@ -275,16 +285,7 @@ def _load_external(tensor: TensorProto, folder: Path | None) -> None:
         raise Fail(
             f"tensor '{name}': external data location '{location}' is an absolute path; only paths inside the model's folder are allowed"
         )
-    if any(part == ".." for part in rel.parts) or ".." in location.replace("\\", "/").split("/"):
-        raise Fail(f"tensor '{name}': external data location '{location}' points outside the model's folder ('..')")
-    path = folder / rel
-    try:
-        real = path.resolve(strict=True)
-    except (FileNotFoundError, RuntimeError, OSError, ValueError):
-        raise NoSuchFile(f"tensor '{name}': external data file '{location}' not found in {folder}") from None
-    root = folder.resolve()
-    if root != real and root not in real.parents:
-        raise Fail(f"tensor '{name}': external data file '{location}' resolves outside the model's folder ({real})")
+    real = _resolve_inside(folder, rel, roots, name, location)
     try:
         offset = int(info.get("offset", "0") or 0)
         length = int(info["length"]) if info.get("length") else None
@@ -294,24 +295,29 @@ def _load_external(tensor: TensorProto, folder: Path | None) -> None:
         # O_NOFOLLOW and checks on the open descriptor: the file read is the file checked,
         # even if the path is swapped for a link in between.
         fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise NoSuchFile(f"tensor '{name}': external data file '{location}' not found in {folder}") from None
     except OSError as e:
         raise Fail(f"tensor '{name}': cannot open external data file '{location}': {e}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Fail(f"tensor '{name}': external data location '{location}' is not a regular file")
-        if st.st_nlink > 1:
-            raise Fail(f"tensor '{name}': external data file '{location}' has several hard links; refusing to read it")
+        # A file with several hard links is read (onnxruntime does; hard-linking caches make them
+        # common): making a link into the folder takes the same access as copying the file there.
         size = st.st_size
         if offset < 0 or offset > size:
             raise Fail(f"tensor '{name}': external data offset {offset} is outside '{location}' ({size} bytes)")
+        needed = expected_nbytes(tensor)
         if length is None:
-            length = size - offset
+            # length is optional (IR.md): the tensor takes what its type and shape need, and the
+            # file may go on with other tensors' data.
+            length = size - offset if needed is None else _needed_length(tensor, needed, offset, size, location)
         if length < 0 or offset + length > size:
             raise Fail(
-                f"tensor '{name}': external data [{offset}, {offset + length}) runs past the end of '{location}' ({size} bytes)"
+                f"tensor '{name}': external data [{offset}, {offset + length}) runs past the end of '{location}' "
+                f"({size} bytes)"
             )
-        needed = expected_nbytes(tensor)
         if needed is not None and needed != length:
             raise Fail(
                 f"tensor '{name}': external data holds {length} bytes but shape {list(tensor.dims)} of "
@@ -328,6 +334,37 @@ def _load_external(tensor: TensorProto, folder: Path | None) -> None:
     tensor.raw_data = data
     tensor.data_location = TensorProto.DEFAULT
     del tensor.external_data[:]
+
+
+def _resolve_inside(folder: Path, rel: Path, roots: list[Path], name: str, location: str) -> Path:
+    """``folder / rel`` with links and ``..`` resolved, refused unless it lies inside one of
+    ``roots``. Checked before the file's existence, so nothing is learnt about files outside."""
+    try:
+        real = (folder / rel).resolve()
+    except (RuntimeError, OSError, ValueError) as e:  # a link loop, a NUL character...
+        raise NoSuchFile(f"tensor '{name}': external data file '{location}' not found in {folder} ({e})") from None
+    if any(real == root or root in real.parents for root in roots):
+        return real
+    if ".." in rel.parts:
+        raise Fail(
+            f"tensor '{name}': external data location '{location}' points outside the model's folder ('..'): "
+            f"it resolves to {real}"
+        )
+    raise Fail(f"tensor '{name}': external data file '{location}' resolves outside the model's folder ({real})")
+
+
+def _needed_length(tensor: TensorProto, needed: int, offset: int, size: int, location: str) -> int:
+    """The length of a tensor whose external data gives none: what its type and shape need,
+    refused when that runs past the end of the file."""
+    if 0 <= needed <= size - offset:
+        return needed
+    what = f"tensor '{tensor.name or '<unnamed>'}': shape {list(tensor.dims)} of {dtypes.tensor_type_string(tensor.data_type)}"
+    if needed < 0:
+        raise Fail(f"{what} needs {needed} bytes: a dimension is negative")
+    raise Fail(
+        f"{what} needs {needed} bytes of external data from offset {offset}, but '{location}' has only "
+        f"{size - offset} there: the file is too short"
+    )
 
 
 def expected_nbytes(tensor: TensorProto) -> int | None:

@@ -409,7 +409,7 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         "function-recursive",
         lambda: _function_model([helper.make_node("F", ["a"], ["b"], domain="local")], ["x"]),
         onnxpy.InvalidGraph,
-        "nest deeper",
+        "recursive",
     ),
     (
         "function-body-undefined-name",

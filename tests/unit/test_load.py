@@ -117,3 +117,87 @@ def test_numpy_helper_roundtrip_of_exotic_initializers() -> None:
     m.graph.initializer.append(numpy_helper.from_array(w, "w"))
     out = onnxpy.InferenceSession(m).run(None, {})[0]
     assert out.dtype == ml_dtypes.bfloat16 and out.tolist() == w.tolist()
+
+
+# -- compared with onnxruntime ----------------------------------------------------------------------
+
+X16 = np.linspace(-1, 1, 16, dtype=np.float32)
+
+
+def _both(path: Path) -> np.ndarray:
+    import onnxruntime as ort
+
+    got = onnxpy.InferenceSession(str(path)).run(None, {"x": X16})[0]
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": X16})[0]
+    np.testing.assert_array_equal(got, want)
+    return got
+
+
+def test_model_reached_through_a_symlink_reads_data_beside_the_link(tmp_path: Path) -> None:
+    # The Hugging Face hub cache: snapshots/<rev>/{model.onnx,weights.bin} link to blobs/<hash>.
+    blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "rev"
+    blobs.mkdir()
+    snap.mkdir(parents=True)
+    _external_model(blobs)
+    (blobs / "model.onnx").rename(blobs / "h1")
+    (blobs / "weights.bin").rename(blobs / "h2")
+    os.symlink("../../blobs/h1", snap / "model.onnx")
+    os.symlink("../../blobs/h2", snap / "weights.bin")
+    np.testing.assert_array_equal(_both(snap / "model.onnx"), X16 + np.arange(16, dtype=np.float32))
+
+
+def test_model_symlink_with_data_in_the_link_folder(tmp_path: Path) -> None:
+    work, real = tmp_path / "work", tmp_path / "real"
+    work.mkdir()
+    real.mkdir()
+    _external_model(work)
+    (work / "model.onnx").rename(real / "model.onnx")
+    os.symlink(real / "model.onnx", work / "model.onnx")
+    _both(work / "model.onnx")
+
+
+def test_symlinked_model_still_refuses_data_outside_both_folders(tmp_path: Path) -> None:
+    work, real, other = tmp_path / "work", tmp_path / "real", tmp_path / "other"
+    for d in (work, real, other):
+        d.mkdir()
+    _external_model(other)
+    os.symlink(other / "weights.bin", work / "link.bin")
+    _external_model(real, location="link.bin", write=False)
+    os.symlink(real / "model.onnx", work / "model.onnx")
+    with pytest.raises(onnxpy.Fail, match="resolves outside"):
+        onnxpy.InferenceSession(str(work / "model.onnx"))
+    _external_model(real, location="../other/weights.bin", write=False)
+    with pytest.raises(onnxpy.Fail, match="outside the model's folder"):
+        onnxpy.InferenceSession(str(work / "model.onnx"))
+
+
+def test_data_file_with_a_second_hard_link_loads(tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    path = _external_model(folder)
+    os.link(folder / "weights.bin", tmp_path / "backup.bin")
+    _both(path)
+
+
+def test_dotdot_that_stays_inside_the_folder_loads(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    _both(_external_model(tmp_path, location="sub/../weights.bin"))
+
+
+def test_offset_without_length_reads_what_the_tensor_needs(tmp_path: Path) -> None:
+    # Two tensors packed in one file: the first has an offset and no length.
+    path = _external_model(tmp_path, offset=8)
+    with open(tmp_path / "weights.bin", "ab") as f:
+        f.write(np.ones(16, np.float32).tobytes())
+    np.testing.assert_array_equal(_both(path), X16 + np.arange(16, dtype=np.float32))
+
+
+def test_offset_without_length_in_a_file_too_short_is_refused(tmp_path: Path) -> None:
+    path = _external_model(tmp_path, offset=8)
+    data = (tmp_path / "weights.bin").read_bytes()
+    (tmp_path / "weights.bin").write_bytes(data[:-4])
+    with pytest.raises(
+        onnxpy.Fail,
+        match="needs 64 bytes of external data from offset 8, but .* has only 60 there: the file is too short",
+    ):
+        onnxpy.InferenceSession(str(path))
