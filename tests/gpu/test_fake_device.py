@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import operator
+from typing import Any
 
 import numpy as np
 import onnx
@@ -490,3 +491,25 @@ def test_cuda_requested_without_a_gpu_falls_back_to_the_cpu() -> None:
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.zeros((2, 3)))
     with pytest.raises(RuntimeError, match="'cuda:0' is not available"):
         ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
+
+
+def test_quantized_models_fused_on_the_device_match_the_cpu(fake_gpu: type, tmp_path: Any) -> None:
+    """FakeQuant (a QDQ model's pairs, fused into the convolutions) and the dynamic products
+    (DynamicQuantizeShifted + ShiftedIntegerMatMul) run on the device with the CPU's bits."""
+    from tests.unit.test_fuse_dynamic_matmul import _quantize_dynamic
+    from tests.unit.test_fuse_fake_quant import _quantize_static
+
+    rng = np.random.default_rng(8)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "d").mkdir()
+    cases = [
+        (_quantize_static(tmp_path / "s", "QUInt8", "QInt8", True), rng.standard_normal((2, 3, 16, 16))),
+        (_quantize_dynamic(tmp_path / "d", "QInt8", True), rng.standard_normal((2, 7, 32))),
+    ]
+    for model, x in cases:
+        feeds = {model.graph.input[0].name: x.astype(np.float32)}
+        sess = _session(model, optimize=True)
+        on_device = {op for op, device in _layout(sess) if device == fake_device.DEVICE}
+        assert on_device & {"FakeQuant", "FusedConv", "ShiftedIntegerMatMul"}, _layout(sess)
+        got = sess.run(None, feeds)[0]
+        assert got.tobytes() == _cpu(model, feeds)[0].tobytes()
