@@ -256,3 +256,42 @@ def assert_optimized_matches(model: onnx.ModelProto, feeds: dict[str, Any], rtol
     for g, p, w in zip(got, plain, want, strict=True):
         np.testing.assert_allclose(g, p, rtol=rtol, atol=atol)
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def quantize_static_model(
+    tmp_path: Any,
+    model: onnx.ModelProto,
+    fmt: str,
+    activations: str,
+    weights: str,
+    *,
+    per_channel: bool = False,
+    **extra: Any,
+) -> onnx.ModelProto:
+    """``model`` (one float input "x" of shape [N, 3, 16, 16]) quantized by onnxruntime's
+    quantize_static in format ``fmt`` ("QDQ" or "QOperator"), calibrated on four random batches."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(1)
+    calibration = [{"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter(calibration)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.feeds, None)
+
+    fp, qp = tmp_path / "float.onnx", tmp_path / "quant.onnx"
+    onnx.save(model, fp)
+    quantize_static(
+        str(fp),
+        str(qp),
+        Reader(),
+        quant_format=getattr(QuantFormat, fmt),
+        activation_type=getattr(QuantType, activations),
+        weight_type=getattr(QuantType, weights),
+        per_channel=per_channel,
+        extra_options=extra or None,
+    )
+    return onnx.load(str(qp))

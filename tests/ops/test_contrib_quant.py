@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
-from tests.helpers import CONTRIB_ORACLE, CONTRIB_SKIP_REASON, onnxruntime_older_than
+from tests.helpers import CONTRIB_ORACLE, CONTRIB_SKIP_REASON, onnxruntime_older_than, quantize_static_model
 
 pytestmark = pytest.mark.skipif(onnxruntime_older_than(CONTRIB_ORACLE), reason=CONTRIB_SKIP_REASON)
 
@@ -520,30 +520,7 @@ def _cnn_mlp() -> onnx.ModelProto:
 
 def _quantize_static(tmp_path: Any, fmt: str, activations: str, weights: str, **extra: Any) -> onnx.ModelProto:
     """_cnn_mlp quantized by onnxruntime's quantize_static, calibrated on four random batches."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    rng = np.random.default_rng(1)
-    calibration = [{"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.feeds = iter(calibration)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.feeds, None)
-
-    fp, qp = tmp_path / "float.onnx", tmp_path / "quant.onnx"
-    onnx.save(_cnn_mlp(), fp)
-    quantize_static(
-        str(fp),
-        str(qp),
-        Reader(),
-        quant_format=getattr(QuantFormat, fmt),
-        activation_type=getattr(QuantType, activations),
-        weight_type=getattr(QuantType, weights),
-        extra_options=extra or None,
-    )
-    return onnx.load(str(qp))
+    return quantize_static_model(tmp_path, _cnn_mlp(), fmt, activations, weights, **extra)
 
 
 @pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
-from tests.helpers import make_model, optimized_op_counts, vinfo
+from tests.helpers import make_model, optimized_op_counts, quantize_static_model, vinfo
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(5)
@@ -155,30 +155,7 @@ def _cnn() -> onnx.ModelProto:
 
 
 def _quantize_static(tmp_path: Path, activations: str, weights: str, per_channel: bool) -> onnx.ModelProto:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    rng = np.random.default_rng(1)
-    calibration = [{"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.feeds = iter(calibration)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.feeds, None)
-
-    fp, qp = tmp_path / "float.onnx", tmp_path / "quant.onnx"
-    onnx.save(_cnn(), fp)
-    quantize_static(
-        str(fp),
-        str(qp),
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        activation_type=getattr(QuantType, activations),
-        weight_type=getattr(QuantType, weights),
-        per_channel=per_channel,
-    )
-    return onnx.load(str(qp))
+    return quantize_static_model(tmp_path, _cnn(), "QDQ", activations, weights, per_channel=per_channel)
 
 
 @pytest.mark.parametrize(
