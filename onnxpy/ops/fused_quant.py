@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ._derived import derived
-from .quant import _F32, _F32_EXACT, _F64, dynamic_quantization
+from .quant import _F32, _F32_EXACT, _F64, dynamic_quantization, quantize_uint8
 from .registry import op
 
 DOMAIN = "onnxpy.fused"
@@ -30,6 +30,11 @@ DOMAIN = "onnxpy.fused"
 def dynamic_quantize_shifted(xp: Any, x: Any) -> Any:
     """DynamicQuantizeLinear(x) as (xq - xz in float32, xs, xz)."""
     xf, scale, zp = dynamic_quantization(xp, x)
+    if not np.isfinite(scale):
+        # An infinity (or NaN) in x: x / inf is NaN where DynamicQuantizeLinear's cast to uint8
+        # makes some integer of it. Take its very integers.
+        v = quantize_uint8(xp, xf, scale, zp).astype(_F32) - zp
+        return v, xp.asarray(scale, dtype=_F32), xp.asarray(np.uint8(zp))
     v = xf / scale
     xp.rint(v, out=v)
     v += _F32.type(0)  # rint(-0.3) is -0.0; xq - xz is +0

@@ -280,8 +280,12 @@ def dynamic_quantization(xp: Any, x: Any) -> tuple[Any, np.float32, np.float32]:
 @op("DynamicQuantizeLinear", 11)
 def dynamic_quantize_linear(xp: Any, x: Any) -> Any:
     xf, scale, zp = dynamic_quantization(xp, x)
-    y = xp.clip(xp.rint(xf / scale) + zp, 0, 255).astype(np.uint8)
-    return y, xp.asarray(scale, dtype=_F32), xp.asarray(np.uint8(zp))
+    return quantize_uint8(xp, xf, scale, zp), xp.asarray(scale, dtype=_F32), xp.asarray(np.uint8(zp))
+
+
+def quantize_uint8(xp: Any, xf: Any, scale: np.float32, zp: np.float32) -> Any:
+    """DynamicQuantizeLinear's output: saturate(rint(xf / scale) + zp) as uint8."""
+    return xp.clip(xp.rint(xf / scale) + zp, 0, 255).astype(np.uint8)
 
 
 # -- integer / quantized linear algebra ----------------------------------------------------------

@@ -72,3 +72,26 @@ def test_left_alone_when_the_quantized_input_has_another_reader(tmp_path: Path) 
     counts = optimized_op_counts(model)
     assert counts.get("DynamicQuantizeLinear") == 1 and counts.get("DynamicQuantizeShifted") == 1, counts
     assert counts.get("MatMulInteger") == 4 and counts.get("ShiftedIntegerMatMul") == 1, counts
+
+
+def test_infinite_inputs_give_the_unfused_numbers() -> None:
+    """An infinity makes the quantization scale infinite: x / inf is NaN, which the unfused
+    DynamicQuantizeLinear casts to some uint8; the fused step takes those very integers instead
+    of carrying NaN into the product, which a constant scale then shows (found by fuzzing)."""
+    mk = helper.make_node
+    nodes = [
+        mk("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+        mk("MatMulInteger", ["xq", "w", "xz"], ["acc"]),
+        mk("Cast", ["acc"], ["accf"], to=F),
+        mk("Mul", ["accf", "s"], ["y"]),
+    ]
+    inits = {"w": np.arange(12, dtype=np.uint8).reshape(4, 3), "s": np.array(0.5, np.float32)}
+    model = make_model(nodes, [vinfo("x", F, [2, 4])], [vinfo("y", F, [2, 3])], inits, opset=13)
+    assert optimized_op_counts(model).get("ShiftedIntegerMatMul") == 1
+    data = model.SerializeToString()
+    plain_options = onnxpy.SessionOptions()
+    plain_options.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    fused, plain = onnxpy.InferenceSession(data), onnxpy.InferenceSession(data, plain_options)
+    x = np.array([[1, 2, 3, 4], [np.inf, 1, 2, 3]], np.float32)
+    got, want = fused.run(None, {"x": x})[0], plain.run(None, {"x": x})[0]
+    assert np.isfinite(want).all() and got.tobytes() == want.tobytes()
