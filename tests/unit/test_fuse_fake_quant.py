@@ -223,3 +223,21 @@ def test_a_pair_on_values_already_on_its_grid_is_dropped(middle: list[onnx.NodeP
     for model in (same, other):
         fused, plain = _sessions(model)
         assert fused.run(None, {"x": x})[0].tobytes() == plain.run(None, {"x": x})[0].tobytes()
+
+
+def test_a_product_takes_its_pair_as_activation() -> None:
+    """MatMul -> Q/DQ (a QDQ transformer's products) becomes one FusedMatMul quantizing its fresh
+    result in place, with the unfused bits."""
+    rng = np.random.default_rng(6)
+    inits = {"w": rng.standard_normal((16, 8)).astype(np.float32), "s": np.array(0.02, np.float32)}
+    inits["z"] = np.array(3, np.int8)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("QuantizeLinear", ["m", "s", "z"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+    ]
+    model = make_model(nodes, [vinfo("x", F, [2, 5, 16])], [vinfo("y", F, [2, 5, 8])], inits, opset=13)
+    assert optimized_op_counts(model) == {"FusedMatMul": 1}
+    fused, plain = _sessions(model)
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    assert fused.run(None, {"x": x})[0].tobytes() == plain.run(None, {"x": x})[0].tobytes()

@@ -145,6 +145,10 @@ def run(graph: Graph) -> bool:
                 fused = Node(
                     "FusedGemm", list(node.inputs), list(node.outputs), dict(node.attrs), node.name, FUSED_DOMAIN, 1
                 )
+            elif node.op_type == "MatMul" and not node.domain and name == "FakeQuant" and len(node.inputs) == 2:
+                # A QDQ model's products: quantized in place on the fresh result. (Other
+                # activations wait for a bias, and sibling products for pack_matmuls.)
+                fused = Node("FusedMatMul", list(node.inputs), list(node.outputs), {}, node.name, FUSED_DOMAIN, 1)
             else:
                 fused = None
             if fused is not None:
