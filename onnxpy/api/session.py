@@ -169,6 +169,10 @@ def _async_pool() -> concurrent.futures.ThreadPoolExecutor:
         return _ASYNC_POOL
 
 
+# Plans kept for output-name lists other than the model's outputs (each a list of steps).
+_MAX_CACHED_PLANS = 64
+
+
 class InferenceSession:
     """Loads a model once and runs it many times: ``run(output_names, input_feed)``."""
 
@@ -794,6 +798,10 @@ class InferenceSession:
                 )
         plan = target.plan_for(list(names))
         with self._lock:
+            if len(self._plans) >= _MAX_CACHED_PLANS:
+                # Oldest first (dicts keep insertion order): a loop fetching every intermediate
+                # value in turn would otherwise keep a plan per name for the session's life.
+                del self._plans[next(iter(self._plans))]
             self._plans[key] = (target, plan)
         return names, target, plan
 

@@ -55,7 +55,7 @@ def execute(
                 try:
                     result = step.fn(*args)
                 except Exception as e:  # noqa: BLE001 - reported naming the node
-                    _raise_for(step, args, e)
+                    _raise_for(step, args, e, values)
                 values[step.outputs[0]] = result[0] if result.__class__ is tuple else result
             else:
                 # Drop this loop's references to the previous step's arrays: an in-place step
@@ -83,16 +83,28 @@ def execute(
     return [values[i] for i in ids]
 
 
-def _raise_for(step: Step, args: list[Any], e: Exception) -> None:
-    """Re-raise a kernel's exception as an onnxpy error naming the node and its input shapes."""
+def _raise_for(step: Step, args: list[Any], e: Exception, values: list[Any] | None = None) -> None:
+    """Re-raise a kernel's exception as an onnxpy error naming the node and its input shapes.
+
+    The run is over: ``values`` (every live intermediate) and the step's ``args`` are emptied
+    first, since the raised exception's traceback keeps the run's frames, and with them those
+    lists, alive for as long as the caller keeps the exception (a retry list, a REPL's last
+    error). The kernel's own frames stay, for post-mortem debugging: they hold one step's
+    temporaries."""
+    message = f"{step.describe}: {e}"
+    if not isinstance(e, OnnxpyError):
+        message = (
+            f"Non-zero status code returned while running {step.op_type} node. Name:'{step.node_name}' "
+            f"Status Message: {step.describe} failed: {type(e).__name__}: {e} (input shapes: {_shapes(args)})"
+        )
+    if values is not None:
+        values.clear()
+        args.clear()
     if isinstance(e, OnnxpyError):
         if step.describe in str(e):
             raise e
-        raise type(e)(f"{step.describe}: {e}") from e
-    raise RuntimeException(
-        f"Non-zero status code returned while running {step.op_type} node. Name:'{step.node_name}' "
-        f"Status Message: {step.describe} failed: {type(e).__name__}: {e} (input shapes: {_shapes(args)})"
-    ) from e
+        raise type(e)(message) from e
+    raise RuntimeException(message) from e
 
 
 def _refs(args: list[Any], pos: int) -> int:
@@ -174,13 +186,13 @@ def _run_step(step: Step, values: list[Any]) -> None:
             try:
                 result = step.fn(*args, out=target)
             except Exception as e:  # noqa: BLE001 - reported naming the node
-                _raise_for(step, args, e)
+                _raise_for(step, args, e, values)
             values[step.outputs[0]] = result
             return
     try:
         result = step.fn(*args)
     except Exception as e:  # noqa: BLE001 - a kernel failure is reported naming the node
-        _raise_for(step, args, e)
+        _raise_for(step, args, e, values)
     # Kernels of ops with optional outputs return a tuple; a tuple is never a value itself.
     if step.single_output:
         values[step.outputs[0]] = result[0] if result.__class__ is tuple else result

@@ -536,3 +536,41 @@ def test_a_saved_optimized_model_keeps_the_models_header(model: onnx.ModelProto,
         onnxpy.InferenceSession(so.optimized_model_filepath).run(["z"], _feeds())[0],
         onnxpy.InferenceSession(m).run(["z"], _feeds())[0],
     )
+
+
+def test_plans_for_output_name_lists_are_kept_for_a_bounded_number() -> None:
+    """A loop fetching intermediate values under ever new name lists keeps at most the last
+    _MAX_CACHED_PLANS plans, and every fetch stays right."""
+    from onnxpy.api import session as session_module
+
+    nodes = [helper.make_node("Relu", ["x"], ["r0"])]
+    nodes += [helper.make_node("Neg", [f"r{i}"], [f"r{i + 1}"]) for i in range(80)]
+    model = make_model(nodes, [vinfo("x", TensorProto.FLOAT, [3])], [vinfo("r80", TensorProto.FLOAT, [3])])
+    sess = onnxpy.InferenceSession(model.SerializeToString())
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    for i in range(80):
+        (got,) = sess.run([f"r{i}"], {"x": x})
+        np.testing.assert_array_equal(got, np.maximum(x, 0) * (-1) ** i)
+        assert len(sess._plans) <= session_module._MAX_CACHED_PLANS
+
+
+def test_a_failed_run_does_not_keep_its_intermediates_alive() -> None:
+    """The raised error's traceback holds the run's frame; the values it computed are dropped
+    from it, so a kept exception (a retry list, a REPL's last error) pins no activations."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["big"]),
+        helper.make_node("Reshape", ["big", "shape"], ["y"]),
+    ]
+    inits = {"shape": np.array([7, 7], np.int64)}
+    model = make_model(nodes, [vinfo("x", TensorProto.FLOAT, [None])], [vinfo("y", TensorProto.FLOAT, None)], inits)
+    sess = onnxpy.InferenceSession(model.SerializeToString())
+    with pytest.raises(onnxpy.RuntimeException) as info:
+        sess.run(None, {"x": np.ones(1 << 20, np.float32)})
+    held = []
+    tb = info.value.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name in ("execute", "_raise_for"):
+            held += [v for v in tb.tb_frame.f_locals.get("values", []) if isinstance(v, np.ndarray)]
+            held += [v for v in tb.tb_frame.f_locals.get("args", []) if isinstance(v, np.ndarray)]
+        tb = tb.tb_next
+    assert held == []

@@ -148,6 +148,19 @@ def test_each_input_shape_gets_its_own_schedule() -> None:
     assert split._split is not None and len(split._split.schedules) == 4 and not split._split.disabled
 
 
+def test_schedules_are_kept_for_a_bounded_number_of_input_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Input shapes that keep changing do not pile up schedules (and the helper's copies of
+    them): past the limit the runner starts afresh, and runs stay right."""
+    monkeypatch.setattr(split_runner, "MAX_SIGNATURES", 3)
+    split, plain = _sessions(_cnn())
+    rng = np.random.default_rng(5)
+    for width in range(12, 21):
+        x = rng.standard_normal((1, 3, 16, width)).astype(np.float32)
+        for _ in range(2):
+            _assert_same(split.run(None, {"x": x}), plain.run(None, {"x": x}))
+        assert split._split is not None and len(split._split.schedules) <= 3 and not split._split.disabled
+
+
 def test_a_dead_helper_turns_the_feature_off_and_the_run_is_still_right(caplog: pytest.LogCaptureFixture) -> None:
     split, x, want, runner = _split_running(seed=5)
     os.kill(runner._pid, signal.SIGKILL)

@@ -38,6 +38,11 @@ from .schedule import Schedule, Traced, build_schedule
 CONFIG_KEY = "session.split_processes"
 
 
+#: input signatures whose schedules are kept (the helper holds a copy of each); at a new one
+#: beyond these, the runner starts afresh (a new helper, schedules traced again)
+MAX_SIGNATURES = 32
+
+
 def supported() -> str | None:
     """Why row-split runs cannot work here, or None when they can: they need fork (Linux),
     x86-64's ordering of stores (a counter is seen after the data written before it), and a
@@ -142,6 +147,12 @@ class SplitRunner:
         signature = tuple((i, a.shape, a.dtype.str) for i, a in feeds.items())
         choice = self.choices.get(signature)
         if choice is None:
+            if len(self.choices) >= MAX_SIGNATURES:
+                # Input shapes keep changing: start afresh rather than keep a schedule, its bands
+                # and the helper's copy of it for every shape ever seen.
+                self.close()
+                self.choices.clear()
+                self._ids.clear()
             out, schedule = self._traced(feeds)
             self.choices[signature] = _Choice(schedule, True if self.always and schedule else None)
             return out
