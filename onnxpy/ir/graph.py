@@ -211,6 +211,23 @@ def free_names_of_subgraphs(node: Node) -> set[str]:
 # -- building from protobuf ----------------------------------------------------------------------
 
 
+def detached(message: Any) -> Any:
+    """A copy of a protobuf sub-message that holds nothing of its parent. With the upb backend a
+    live sub-message keeps the whole parent message's memory (a model's weight bytes
+    included) alive: what a Graph keeps beyond building must be such a copy."""
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy
+
+
+def release_protos(graph: Graph) -> None:
+    """Drop every node's reference to the NodeProto it was built from (function expansion's
+    last use of it), so the model's protobuf memory can go (see ``detached``)."""
+    for g in iter_graphs(graph):
+        for node in g.nodes:
+            node.proto = None
+
+
 def tensor_to_array(t: TensorProto, what: str = "") -> np.ndarray:
     """Decode a TensorProto, with a clear error when its data disagree with its shape."""
     try:
@@ -334,7 +351,7 @@ def _decode(a: AttributeProto, pending: _Pending) -> Any:
     if t == AttributeProto.SPARSE_TENSORS:
         return [sparse_to_array(x, a.name) for x in a.sparse_tensors]
     if t == AttributeProto.TYPE_PROTOS:
-        return list(a.type_protos)
+        return [detached(tp) for tp in a.type_protos]
     raise Fail(f"attribute '{a.name}' has an undefined type ({t})")
 
 
@@ -431,7 +448,7 @@ def _graph(gp: GraphProto, opsets: dict[str, int], pending: _Pending, release_da
     types: dict[str, TypeProto] = {}
     for vi in _value_infos(gp):
         if vi.HasField("type"):
-            types[vi.name] = vi.type
+            types[vi.name] = detached(vi.type)
     nodes = [_node(p, opsets, pending) for p in gp.node]
     return Graph(
         name=gp.name,

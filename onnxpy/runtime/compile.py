@@ -18,7 +18,15 @@ from onnx import ModelProto
 
 from ..api.errors import InvalidGraph
 from ..ir.functions import expand_functions, local_function_table
-from ..ir.graph import Graph, graph_from_proto, iter_graphs, nesting_depth, normalize_domain, topological_sort
+from ..ir.graph import (
+    Graph,
+    graph_from_proto,
+    iter_graphs,
+    nesting_depth,
+    normalize_domain,
+    release_protos,
+    topological_sort,
+)
 from ..model import dtypes
 from ..model.load import check_nesting
 from ..ops import registry
@@ -386,6 +394,7 @@ def build_graph(model: ModelProto, release_data: bool = False) -> Graph:
         graph.inputs = [n for n in graph.inputs if n not in graph.initializers]
     local = local_function_table(model.functions)
     expand_functions(graph, local, lambda n: registry.resolve(n.domain, n.op_type, n.opset) is not None)
+    release_protos(graph)
     topological_sort(graph)
     for g in iter_graphs(graph):
         for node in g.nodes:
