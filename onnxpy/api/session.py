@@ -837,7 +837,10 @@ class InferenceSession:
                 if self._split is not None and terminate is None and observer is None and plan is compiled.plan:
                     out = self._split_device_run(compiled, plan, feeds)
                 if out is None:
+                    executing = time.perf_counter() if self._profiler is not None else 0.0
                     out = compiled.run(feeds, plan=plan, terminate=terminate, observer=observer)
+                    if self._profiler is not None:
+                        self._profiler.session_event("SequentialExecutor::Execute", executing, time.perf_counter())
         except OnnxpyError:
             raise
         except RecursionError as e:

@@ -4,11 +4,14 @@ The trace is a JSON array of complete events (``"ph": "X"``), one per line, as o
 writes them:
 
 - ``cat: "Session"``: ``model_loading_uri`` (or ``model_loading_array``),
-  ``session_initialization`` and one ``model_run`` per run;
+  ``session_initialization``, and per run ``SequentialExecutor::Execute`` (the executor's part)
+  inside ``model_run``;
 - ``cat: "Node"``: one ``<node name>_kernel_time`` per executed node, with ``args`` holding
-  ``op_name``, ``provider``, ``node_index``, ``input_type_shape``, ``output_type_shape`` and
-  the byte counts ``output_size``, ``activation_size``, ``parameter_size`` (strings, as in
-  onnxruntime).
+  ``op_name``, ``provider``, ``node_index``, ``input_type_shape``, ``output_type_shape`` (tensors
+  only, as onnxruntime lists them), the byte counts ``output_size``, ``activation_size``,
+  ``parameter_size`` (strings, as in onnxruntime) and ``thread_scheduling_stats`` in
+  onnxruntime's layout: the running thread, with zero counts (onnxpy has no thread pool to
+  report on).
 
 ``ts`` and ``dur`` are integer microseconds; ``ts`` counts from the start of profiling, which is
 the start of session creation.
@@ -40,23 +43,22 @@ def type_shape(values: Iterable[Any]) -> list[dict[str, Any]]:
     """onnxruntime's input_type_shape / output_type_shape entries: ``[{"float": [1, 3]}, ...]``."""
     out: list[dict[str, Any]] = []
     for v in values:
-        if v is None:
-            continue
-        if isinstance(v, list):
-            out.append({"sequence": len(v)})
-            continue
+        if v is None or isinstance(v, list):
+            continue  # onnxruntime lists tensors only (a sequence has no one type and shape)
         out.append({_type_name(getattr(v, "dtype", None)): [int(d) for d in getattr(v, "shape", ())]})
     return out
 
 
 def nbytes(values: Iterable[Any]) -> int:
-    total = 0
-    for v in values:
-        if isinstance(v, list):
-            total += nbytes(v)
-        elif v is not None:
-            total += int(getattr(v, "nbytes", 0) or 0)
-    return total
+    """Bytes of the tensors among ``values`` (onnxruntime counts no sequence)."""
+    return sum(int(getattr(v, "nbytes", 0) or 0) for v in values if v is not None and not isinstance(v, list))
+
+
+def _thread_stats() -> dict[str, Any]:
+    """onnxruntime's thread_scheduling_stats for a node run on the calling thread alone."""
+    main = {"thread_pool_name": "", "thread_id": str(threading.get_ident()), "block_size": [], "core": -1}
+    main.update(Distribution=0, DistributionEnqueue=0, Run=0, Wait=0, WaitRevoke=0)
+    return {"main_thread": main, "sub_threads": {}}
 
 
 #: events one profiling session keeps, as onnxruntime's profiler (later ones are dropped with
@@ -74,9 +76,9 @@ class Profiler:
         if start is None:
             start = time.perf_counter()
         self.start_s = start
-        # perf_counter and monotonic_ns share CLOCK_MONOTONIC on Linux: the start in ns is
-        # comparable with time.monotonic_ns(), as onnxruntime documents for its start time.
-        self.start_ns = int(start * 1e9)
+        # Wall-clock nanoseconds since the epoch (time.time_ns()), as onnxruntime's
+        # get_profiling_start_time_ns() returns them.
+        self.start_ns = time.time_ns() - int((time.perf_counter() - start) * 1e9)
         now = datetime.datetime.now() - datetime.timedelta(seconds=max(0.0, time.perf_counter() - start))
         self._stamp = now.strftime("%Y-%m-%d_%H-%M-%S") + f"_{now.microsecond // 1000:03d}"
         self._events: list[dict[str, Any]] = []
@@ -117,6 +119,7 @@ class Profiler:
                 "output_size": str(nbytes(outputs)),
                 "activation_size": str(in_bytes - parameter_bytes),
                 "parameter_size": str(parameter_bytes),
+                "thread_scheduling_stats": _thread_stats(),
             },
         )
 
@@ -200,11 +203,16 @@ def without_first_runs(events: list[dict[str, Any]], count: int) -> list[dict[st
     return [e for e in events if not any(lo <= int(e.get("ts", -1)) <= hi for lo, hi in windows)]
 
 
+def _kernel_event(e: dict[str, Any]) -> bool:
+    """A node's run (older onnxruntime versions also wrote _fence_before / _fence_after events)."""
+    return e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")
+
+
 def time_by_op(events: Iterable[dict[str, Any]]) -> list[OpTime]:
     """Node time summed per operator type, slowest first."""
     acc: dict[str, OpTime] = {}
     for e in events:
-        if e.get("cat") != "Node":
+        if not _kernel_event(e):
             continue
         op = e.get("args", {}).get("op_name", "?")
         t = acc.setdefault(op, OpTime(op, 0, 0))
@@ -217,7 +225,7 @@ def slowest_nodes(events: Iterable[dict[str, Any]], top: int = 10) -> list[tuple
     """(node event name, op type, calls, total µs) of the nodes that took longest, summed over runs."""
     acc: dict[str, list[Any]] = {}
     for e in events:
-        if e.get("cat") != "Node":
+        if not _kernel_event(e):
             continue
         name = str(e.get("name", "")).removesuffix("_kernel_time")
         row = acc.setdefault(name, [name, e.get("args", {}).get("op_name", "?"), 0, 0])

@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 import onnxpy
-from onnxpy.tools.profiler import load_trace, time_by_op, without_first_runs
+from onnxpy.tools.profiler import load_trace, slowest_nodes, time_by_op, without_first_runs
 from tests.helpers import DEMO_MODEL
 
 X = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
@@ -111,11 +111,19 @@ def test_layout_matches_onnxruntime(tmp_path: Path, ort_trace: list[dict]) -> No
     ort_node = next(e for e in ort_trace if e["cat"] == "Node")
     ours = next(e for e in events if e["cat"] == "Node")
     assert set(ours) == set(ort_node)
-    for k in NODE_ARGS | {"output_size", "activation_size", "parameter_size"}:
+    for k in NODE_ARGS | {"output_size", "activation_size", "parameter_size", "thread_scheduling_stats"}:
         assert type(ours["args"][k]) is type(ort_node["args"][k]), k
+    stats = ort_node["args"]["thread_scheduling_stats"]
+    assert set(ours["args"]["thread_scheduling_stats"]) == set(stats)
+    assert set(ours["args"]["thread_scheduling_stats"]["main_thread"]) == set(stats["main_thread"])
     ort_session = {e["name"] for e in ort_trace if e["cat"] == "Session"}
     our_session = {e["name"] for e in events if e["cat"] == "Session"}
-    assert {"model_loading_uri", "session_initialization", "model_run"} <= ort_session & our_session
+    expected = {"model_loading_uri", "session_initialization", "model_run", "SequentialExecutor::Execute"}
+    assert expected <= ort_session & our_session
+    # The executor's part of each run lies inside it.
+    run = next(e for e in events if e["name"] == "model_run")
+    execute = next(e for e in events if e["name"] == "SequentialExecutor::Execute")
+    assert run["ts"] <= execute["ts"] and execute["ts"] + execute["dur"] <= run["ts"] + run["dur"] + 1
 
 
 def test_trace_text_is_a_json_array_one_event_per_line(tmp_path: Path) -> None:
@@ -157,20 +165,47 @@ def test_end_profiling_without_profiling_is_empty() -> None:
     assert sess.get_profiling_start_time_ns() == 0
 
 
-def test_profiling_start_time_is_monotonic_and_outlives_end_profiling(tmp_path: Path) -> None:
-    # Comparable with time.monotonic_ns() (onnxruntime's documentation), and kept after
-    # end_profiling, as onnxruntime keeps it (onnxpy reset it to 0).
+def test_profiling_start_time_is_the_wall_clock_and_outlives_end_profiling(tmp_path: Path) -> None:
+    # Nanoseconds since the epoch, as onnxruntime 1.32 returns them (its docstring says the
+    # monotonic clock; its value is time.time_ns()'s), and kept after end_profiling.
     import time
 
     so = onnxpy.SessionOptions()
     so.enable_profiling = True
     so.profile_file_prefix = str(tmp_path / "start")
-    before = time.monotonic_ns()
+    before = time.time_ns()
     sess = onnxpy.InferenceSession(str(DEMO_MODEL), so)
     start = sess.get_profiling_start_time_ns()
-    assert before <= start <= time.monotonic_ns()
+    assert before - 1_000_000 <= start <= time.time_ns()
     sess.end_profiling()
     assert sess.get_profiling_start_time_ns() == start
+    oso = ort.SessionOptions()
+    oso.enable_profiling = True
+    oso.profile_file_prefix = str(tmp_path / "ort_start")
+    ort_sess = ort.InferenceSession(str(DEMO_MODEL), oso, providers=["CPUExecutionProvider"])
+    assert abs(ort_sess.get_profiling_start_time_ns() - start) < 60 * 10**9  # the same clock
+    ort_sess.end_profiling()
+
+
+def test_sequences_are_left_out_of_type_shapes_and_sizes() -> None:
+    """onnxruntime lists tensors only in input_type_shape / output_type_shape and the byte counts."""
+    from onnxpy.tools.profiler import nbytes, type_shape
+
+    seq = [np.zeros(3, np.float32), np.zeros(2, np.float32)]
+    x = np.zeros((2, 2), np.int64)
+    assert type_shape([seq, x, None]) == [{"int64": [2, 2]}]
+    assert nbytes([seq, x]) == 32
+
+
+def test_trace_readers_count_kernel_events_only() -> None:
+    """Older onnxruntime traces also hold _fence_before / _fence_after Node events."""
+    events = [
+        {"cat": "Node", "name": f"conv{suffix}", "dur": dur, "args": {"op_name": "Conv"}}
+        for suffix, dur in (("_fence_before", 1), ("_kernel_time", 10), ("_fence_after", 1))
+    ]
+    (row,) = time_by_op(events)
+    assert (row.calls, row.total_us) == (1, 10)
+    assert slowest_nodes(events) == [("conv", "Conv", 1, 10)]
 
 
 def test_model_given_as_bytes_records_array_loading(tmp_path: Path) -> None:
