@@ -419,9 +419,19 @@ class InferenceSession:
             counts = collections.Counter(self._applied_passes)
             _LOG.debug("optimizer passes that changed the graph: %s", ", ".join(f"{k} x{v}" for k, v in counts.items()))
         if self._sess_options.optimized_model_filepath:
-            from ..ir.export import save_graph
+            from ..ir.export import EXTERNAL_FILE_KEY, EXTERNAL_MIN_SIZE_KEY, save_graph
 
-            save_graph(graph, self._sess_options.optimized_model_filepath, self._model_path, self._header)
+            opts = self._sess_options
+            external = None
+            if opts.config(EXTERNAL_FILE_KEY):
+                min_size = opts.config(EXTERNAL_MIN_SIZE_KEY) or "1024"
+                try:
+                    external = (opts.config(EXTERNAL_FILE_KEY), int(min_size))
+                except ValueError:
+                    raise InvalidArgument(
+                        f"session config '{EXTERNAL_MIN_SIZE_KEY}' must be an integer, got '{min_size}'"
+                    ) from None
+            save_graph(graph, opts.optimized_model_filepath, self._model_path, self._header, external)
         compiled = CompiledGraph(graph, provider, self._facts)
         with self._lock:
             self._providers = chosen

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +59,17 @@ def _fill_node(n: Node, p: onnx.NodeProto, pending: list[tuple[Graph, GraphProto
             p.attribute.append(_attribute(k, v, n.attr_types.get(k)))
 
 
-def graph_to_proto(g: Graph) -> GraphProto:
-    """The graph as a GraphProto; subgraphs are written from a work list, not by recursion."""
+# Writes a main-graph initializer elsewhere and returns the TensorProto that refers to it, or
+# None to keep it inline (optimized models saved with external data).
+Store = Callable[[str, np.ndarray], "onnx.TensorProto | None"]
+
+
+def graph_to_proto(g: Graph, store: Store | None = None) -> GraphProto:
+    """The graph as a GraphProto; subgraphs are written from a work list, not by recursion.
+    ``store`` may take the main graph's initializers out of the proto."""
     gp = GraphProto()
-    _fill_pending([(g, gp)])
+    _fill_graph(g, gp, pending := [], store)
+    _fill_pending(pending)
     return gp
 
 
@@ -71,7 +79,7 @@ def _fill_pending(pending: list[tuple[Graph, GraphProto]]) -> None:
         _fill_graph(g, gp, pending)
 
 
-def _fill_graph(g: Graph, gp: GraphProto, pending: list[tuple[Graph, GraphProto]]) -> None:
+def _fill_graph(g: Graph, gp: GraphProto, pending: list[tuple[Graph, GraphProto]], store: Store | None = None) -> None:
     def vi(name: str) -> onnx.ValueInfoProto:
         tp = g.types.get(name)
         v = onnx.ValueInfoProto(name=name)
@@ -86,7 +94,9 @@ def _fill_graph(g: Graph, gp: GraphProto, pending: list[tuple[Graph, GraphProto]
         _fill_node(n, gp.node.add(), pending)
     gp.input.extend(vi(n) for n in g.inputs)
     gp.output.extend(vi(n) for n in g.outputs)
-    gp.initializer.extend(numpy_helper.from_array(a, name) for name, a in g.initializers.items())
+    for name, a in g.initializers.items():
+        stored = store(name, a) if store is not None else None
+        gp.initializer.append(stored if stored is not None else numpy_helper.from_array(a, name))
     io = set(g.inputs) | set(g.outputs)
     gp.value_info.extend(vi(n) for n in g.types if n not in io and n not in g.initializers)
 
@@ -95,14 +105,15 @@ def _fill_graph(g: Graph, gp: GraphProto, pending: list[tuple[Graph, GraphProto]
 _HEADER_FIELDS = ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string")
 
 
-def graph_to_model(g: Graph, header: ModelProto | None = None) -> ModelProto:
+def graph_to_model(g: Graph, header: ModelProto | None = None, store: Store | None = None) -> ModelProto:
     """The graph as a model; ``header`` (the source model) gives its IR version, producer,
-    version, doc string and metadata, so get_modelmeta() reads the same from the saved file."""
+    version, doc string and metadata, so get_modelmeta() reads the same from the saved file.
+    ``store``: see ``graph_to_proto``."""
     versions = dict(g.opsets)
     for n in g.nodes:
         versions.setdefault(n.domain, n.opset or 1)  # e.g. onnxpy.fused, added by the optimizer
     opsets = [helper.make_opsetid(d, v) for d, v in sorted(versions.items())]
-    model = helper.make_model(graph_to_proto(g), opset_imports=opsets, producer_name="onnxpy")
+    model = helper.make_model(graph_to_proto(g, store), opset_imports=opsets, producer_name="onnxpy")
     if header is not None:
         for field in _HEADER_FIELDS:
             if header.HasField(field):
@@ -111,16 +122,69 @@ def graph_to_model(g: Graph, header: ModelProto | None = None) -> ModelProto:
     return model
 
 
+#: onnxruntime's session config entries for saving an optimized model's weights beside it
+EXTERNAL_FILE_KEY = "session.optimized_model_external_initializers_file_name"
+EXTERNAL_MIN_SIZE_KEY = "session.optimized_model_external_initializers_min_size_in_bytes"
+
+
 def save_graph(
-    g: Graph, path: str | os.PathLike, source_model_path: str | None = None, header: ModelProto | None = None
+    g: Graph,
+    path: str | os.PathLike,
+    source_model_path: str | None = None,
+    header: ModelProto | None = None,
+    external: tuple[str, int] | None = None,
 ) -> None:
     """Write the graph as a model at ``path``; never overwrites the model it came from and never
-    writes anywhere but that one file in the folder ``path`` names.
+    writes anywhere but the folder ``path`` names.
 
-    The bytes go to a new temporary file in that folder, which then replaces ``path``: a symbolic
-    link or a hard link at ``path`` is replaced, never written through, and a reader never sees
-    half a file.
+    ``external`` = (file name, minimum size in bytes): main-graph initializers of that size or
+    more go to that file in the same folder (onnxruntime's
+    ``session.optimized_model_external_initializers_file_name``), written straight from their
+    arrays: no protobuf copy, and models past protobuf's 2 GB can be saved.
+
+    The bytes go to new temporary files in that folder, which then replace ``path`` (and the
+    data file): a symbolic link or a hard link there is replaced, never written through, and a
+    reader never sees half a file.
     """
+    target = _checked_target(path, source_model_path)
+    folder = target.parent
+    data_target = _checked_data_file(target, external[0]) if external is not None else None
+    tmp: list[str] = []
+    try:
+        if data_target is not None and external is not None:
+            fd, data_tmp = tempfile.mkstemp(prefix=f".{data_target.name}.", suffix=".tmp", dir=folder)
+            tmp.append(data_tmp)
+            with os.fdopen(fd, "wb") as data_file:
+                os.fchmod(data_file.fileno(), 0o644)
+                data = _serialized(g, header, _external_store(data_file, data_target.name, external[1]), path)
+        else:
+            data = _serialized(g, header, None, path)
+        fd, model_tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        tmp.append(model_tmp)
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide the model from other readers
+            f.write(data)
+        if data_target is not None:
+            os.replace(tmp[0], data_target)
+        os.replace(model_tmp, target)
+        tmp = []
+    except OSError as e:
+        raise Fail(f"optimized_model_filepath '{path}': cannot write the optimized model: {e}") from None
+    finally:
+        for t in tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(t)
+
+
+def _serialized(g: Graph, header: ModelProto | None, store: Store | None, path: str | os.PathLike) -> bytes:
+    try:
+        return graph_to_model(g, header, store).SerializeToString()
+    except (ValueError, RecursionError) as e:  # over protobuf's 2 GB, or nested too deeply
+        hint = "" if store else f" (to save its weights beside it, set the session config entry '{EXTERNAL_FILE_KEY}')"
+        raise Fail(f"optimized_model_filepath '{path}': the optimized model cannot be serialized: {e}{hint}") from None
+
+
+def _checked_target(path: str | os.PathLike, source_model_path: str | None) -> Path:
     try:
         target = Path(os.fspath(path))
     except TypeError:
@@ -145,21 +209,55 @@ def save_graph(
             raise InvalidArgument(
                 f"optimized_model_filepath '{path}' is the model being loaded; refusing to overwrite it"
             )
+    return target
+
+
+def _checked_data_file(target: Path, name: str) -> Path:
+    """The external data file: a plain name in the model's folder, not the model itself."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name or os.path.isabs(name):
+        raise InvalidArgument(
+            f"session config '{EXTERNAL_FILE_KEY}' must be a file name in the optimized model's folder, got '{name}'"
+        )
+    data = target.parent / name
+    if data.name == target.name:
+        raise InvalidArgument(f"session config '{EXTERNAL_FILE_KEY}' names the optimized model itself ('{name}')")
+    if data.is_symlink() or (data.exists() and not data.is_file()):
+        raise InvalidArgument(f"session config '{EXTERNAL_FILE_KEY}': '{data}' exists and is not a regular file")
+    return data
+
+
+def _external_store(f: Any, location: str, min_size: int) -> Store:
+    """Writes initializers of ``min_size`` bytes or more to ``f`` (little-endian, as ONNX
+    stores them), each aligned to 64 bytes, and returns their TensorProtos."""
+
+    def store(name: str, a: np.ndarray) -> onnx.TensorProto | None:
+        elem = _plain_elem_type(a)
+        if elem is None or a.nbytes < max(min_size, 1):
+            return None  # strings, packed 4-bit types, small tensors: inline
+        pad = -f.tell() % 64
+        if pad:
+            f.write(b"\0" * pad)
+        offset = f.tell()
+        data = np.ascontiguousarray(a)
+        if data.dtype.byteorder == ">" or (data.dtype.byteorder == "=" and np.little_endian is False):
+            data = data.byteswap().view(data.dtype.newbyteorder("<"))
+        f.write(memoryview(data).cast("B"))
+        t = onnx.TensorProto(name=name, data_type=elem, dims=list(a.shape))
+        t.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", str(offset)), ("length", str(a.nbytes))):
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        return t
+
+    return store
+
+
+def _plain_elem_type(a: np.ndarray) -> int | None:
+    """The ONNX element type of an array stored byte for byte (no packing, no strings)."""
     try:
-        data = graph_to_model(g, header).SerializeToString()
-    except (ValueError, RecursionError) as e:  # over protobuf's 2 GB, or nested too deeply
-        raise Fail(f"optimized_model_filepath '{path}': the optimized model cannot be serialized: {e}") from None
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide the model from other readers
-            f.write(data)
-        os.replace(tmp, target)
-        tmp = None
-    except OSError as e:
-        raise Fail(f"optimized_model_filepath '{path}': cannot write the optimized model: {e}") from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        elem = helper.np_dtype_to_tensor_dtype(a.dtype)
+    except (KeyError, TypeError, ValueError):
+        return None
+    packed = {onnx.TensorProto.STRING, onnx.TensorProto.INT4, onnx.TensorProto.UINT4}
+    packed |= {getattr(onnx.TensorProto, n) for n in ("FLOAT4E2M1", "INT2", "UINT2") if hasattr(onnx.TensorProto, n)}
+    return None if elem in packed or a.dtype.itemsize * 8 < 8 else elem

@@ -574,3 +574,54 @@ def test_a_failed_run_does_not_keep_its_intermediates_alive() -> None:
             held += [v for v in tb.tb_frame.f_locals.get("args", []) if isinstance(v, np.ndarray)]
         tb = tb.tb_next
     assert held == []
+
+
+def _weighty_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(11)
+    inits = {
+        "w1": rng.standard_normal((64, 300)).astype(np.float32),  # 76800 bytes
+        "w2": rng.standard_normal((300, 8)).astype(np.float32),  # 9600 bytes
+        "b": rng.standard_normal(8).astype(np.float32),  # 32 bytes
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["y"]),
+    ]
+    return make_model(nodes, [vinfo("x", TensorProto.FLOAT, [None, 64])], [vinfo("y", TensorProto.FLOAT, None)], inits)
+
+
+def test_a_saved_optimized_model_can_keep_its_weights_beside_it(tmp_path: Path) -> None:
+    """onnxruntime's session.optimized_model_external_initializers_file_name: initializers of
+    the minimum size or more go to that file beside the optimized model, which then loads in
+    onnxpy and onnxruntime with the same outputs."""
+    so = onnxpy.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    so.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_ENABLE_BASIC  # loadable by onnxruntime
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "opt.weights")
+    so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "4096")
+    model = _weighty_model()
+    x = np.random.default_rng(12).standard_normal((3, 64)).astype(np.float32)
+    want = onnxpy.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})[0]
+    saved = onnx.load(str(tmp_path / "opt.onnx"), load_external_data=False)
+    external = {t.name for t in saved.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+    assert external == {"w1", "w2"}  # b (32 bytes) stays inline
+    assert (tmp_path / "opt.weights").stat().st_size >= 76800 + 9600
+    np.testing.assert_array_equal(onnxpy.InferenceSession(str(tmp_path / "opt.onnx")).run(None, {"x": x})[0], want)
+    theirs = onnxruntime.InferenceSession(str(tmp_path / "opt.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(theirs.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["../out.bin", "/tmp/out.bin", "sub/out.bin", "opt.onnx", ""])
+def test_the_external_weights_file_must_be_a_name_beside_the_model(tmp_path: Path, name: str) -> None:
+    so = onnxpy.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name", name)
+    if not name:  # an empty name is no request: the weights stay inline
+        onnxpy.InferenceSession(_weighty_model().SerializeToString(), so)
+        assert (tmp_path / "opt.onnx").exists()
+        return
+    with pytest.raises(onnxpy.InvalidArgument, match="optimized_model_external_initializers_file_name"):
+        onnxpy.InferenceSession(_weighty_model().SerializeToString(), so)
+    assert not (tmp_path / "opt.onnx").exists()
