@@ -290,8 +290,9 @@ class InferenceSession:
             name: val.numpy() if isinstance(val, OrtValue) else as_host_array(val, f"external initializer '{name}'")
             for name, val in opts._external_initializers.items()
         }
+        arrays: dict[str, np.ndarray] = {}  # weights read from external data straight into arrays
         model, _folder = load_model(
-            self._source, opts.config("session.model_external_initializers_file_folder_path"), provided
+            self._source, opts.config("session.model_external_initializers_file_folder_path"), provided, arrays
         )
         loaded = time.perf_counter()
         if describe:
@@ -310,14 +311,14 @@ class InferenceSession:
                 version=int(model.model_version),
                 custom_metadata_map={p.key: p.value for p in model.metadata_props},
             )
-        self._apply_initializer_overrides(model)
+        self._apply_initializer_overrides(model, arrays)
         apply_free_dimension_overrides(model, opts._free_dim_by_name, opts._free_dim_by_denotation)
-        graph = build_graph(model, release_data=True)  # load_model gave us our own copy
+        graph = build_graph(model, release_data=True, arrays=arrays)  # load_model gave us our own copy
         if describe:
             self._describe_io(model, graph)
         return graph, loaded
 
-    def _apply_initializer_overrides(self, model: onnx.ModelProto) -> None:
+    def _apply_initializer_overrides(self, model: onnx.ModelProto, arrays: dict[str, np.ndarray]) -> None:
         overrides = self._sess_options._initializers
         if not overrides:
             return
@@ -335,6 +336,7 @@ class InferenceSession:
                     f"initializer is {dtypes.tensor_type_string(old.data_type)} {list(old.dims)}"
                 )
             old.CopyFrom(onnx.numpy_helper.from_array(arr, name))
+            arrays.pop(name, None)  # the override, not what was read from the model's file
 
     def _describe_io(self, model: onnx.ModelProto, graph: Graph) -> None:
         inits = {t.name for t in model.graph.initializer} | {s.values.name for s in model.graph.sparse_initializer}

@@ -403,28 +403,37 @@ def _node(p: NodeProto, opsets: dict[str, int], pending: _Pending) -> Node:
 
 
 def graph_from_proto(
-    gp: GraphProto, opsets: dict[str, int], inferred: dict[str, TypeProto], release_data: bool = False
+    gp: GraphProto,
+    opsets: dict[str, int],
+    inferred: dict[str, TypeProto],
+    release_data: bool = False,
+    arrays: dict[str, np.ndarray] | None = None,
 ) -> Graph:
     """Build a Graph and its subgraphs. ``release_data`` clears each top-level initializer's
     bytes from ``gp`` once decoded (for a proto the caller owns and will not use again).
+    ``arrays``: top-level initializers already read (model/load.py), taken from there by name.
 
     Subgraphs are built from a work list, not by recursion, so any nesting depth works.
     """
     pending: _Pending = []
     holder: dict[str, Any] = {}
     pending.append((gp, holder, "graph"))
-    _build_pending(pending, opsets, inferred, release_data)
+    _build_pending(pending, opsets, inferred, release_data, arrays)
     return holder["graph"]
 
 
 def _build_pending(
-    pending: _Pending, opsets: dict[str, int], inferred: dict[str, TypeProto], release_top: bool = False
+    pending: _Pending,
+    opsets: dict[str, int],
+    inferred: dict[str, TypeProto],
+    release_top: bool = False,
+    arrays: dict[str, np.ndarray] | None = None,
 ) -> None:
     built: list[Graph] = []
     first = True
     while pending:
         gp, slot, key = pending.pop()
-        g = _graph(gp, opsets, pending, release_top and first)
+        g = _graph(gp, opsets, pending, release_top and first, arrays if first else None)
         first = False
         slot[key] = g
         built.append(g)
@@ -432,11 +441,16 @@ def _build_pending(
         _add_inferred_types(built, inferred)
 
 
-def _graph(gp: GraphProto, opsets: dict[str, int], pending: _Pending, release_data: bool) -> Graph:
+def _graph(
+    gp: GraphProto, opsets: dict[str, int], pending: _Pending, release_data: bool, arrays: dict[str, np.ndarray] | None
+) -> Graph:
     initializers: dict[str, np.ndarray] = {}
     for t in gp.initializer:
         if t.name in initializers:
             raise InvalidGraph(f"graph '{gp.name}': initializer '{t.name}' is defined twice")
+        if arrays is not None and t.name in arrays:
+            initializers[t.name] = arrays.pop(t.name)  # read from its file already
+            continue
         initializers[t.name] = tensor_to_array(t)
         if release_data:
             # The array holds a copy now: drop the proto's bytes so weights exist once at a time.

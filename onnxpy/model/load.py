@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
@@ -43,12 +44,17 @@ MAX_TYPE_DEPTH = 32
 
 
 def load_model(
-    source: Any, external_data_dir: str | os.PathLike | None = None, provided: dict[str, Any] | None = None
+    source: Any,
+    external_data_dir: str | os.PathLike | None = None,
+    provided: dict[str, Any] | None = None,
+    arrays: dict[str, np.ndarray] | None = None,
 ) -> tuple[ModelProto, Path | None]:
     """Return (model, folder) where folder is where its external data may live (None for bytes).
 
     ``provided``: host arrays by initializer name (``SessionOptions.add_external_initializers``)
-    that take the place of those main-graph initializers' external data, which is then not read."""
+    that take the place of those main-graph initializers' external data, which is then not read.
+    ``arrays``: where large main-graph initializers stored externally are read straight into
+    (see ``resolve_external_data``)."""
     roots: list[Path] = []  # real folders external data may resolve into
     if isinstance(source, ModelProto):
         check_nesting(source)  # before copying: a copy of an absurdly deep message recurses in C
@@ -96,7 +102,7 @@ def load_model(
     check_strings(model)
     if provided:
         _provide_external(model, provided)
-    resolve_external_data(model, folder, roots)
+    resolve_external_data(model, folder, roots, arrays)
     return model, folder
 
 
@@ -250,11 +256,30 @@ def _attr_tensors(attr: AttributeProto, stack: list[GraphProto]) -> Iterator[Ten
     stack.extend(attr.graphs)
 
 
-def resolve_external_data(model: ModelProto, folder: Path | None, roots: list[Path] | None = None) -> None:
+# Main-graph initializers of more elements than this are read straight into ``arrays`` (if
+# given): more than shape inference reads (runtime/compile.py's _INFERENCE_VALUE_LIMIT).
+DIRECT_MIN_ELEMENTS = 4096
+
+
+def resolve_external_data(
+    model: ModelProto,
+    folder: Path | None,
+    roots: list[Path] | None = None,
+    arrays: dict[str, np.ndarray] | None = None,
+) -> None:
     """Read every external tensor's data into it. Locations are relative to ``folder`` and must
-    resolve inside one of ``roots`` (real folders; by default ``folder`` itself, resolved)."""
+    resolve inside one of ``roots`` (real folders; by default ``folder`` itself, resolved).
+
+    With ``arrays``, large main-graph initializers (the weights) are read from the file straight
+    into numpy arrays there, by name, and their TensorProtos keep no data: through the proto
+    the bytes would exist twice while the graph is built (the parsed model's memory is freed
+    only with the whole model)."""
     if roots is None:
         roots = [folder.resolve()] if folder is not None else []
+    if arrays is not None and np.little_endian:
+        for t in model.graph.initializer:
+            if t.data_location == TensorProto.EXTERNAL and _direct_dtype(t) is not None:
+                arrays[t.name] = _load_external(t, folder, roots, into_array=True)  # type: ignore[assignment]
     tensors = list(iter_tensors(model.graph))
     for fn in model.functions:
         for node in fn.node:
@@ -268,7 +293,32 @@ def resolve_external_data(model: ModelProto, folder: Path | None, roots: list[Pa
             _load_external(t, folder, roots)
 
 
-def _load_external(tensor: TensorProto, folder: Path | None, roots: list[Path]) -> None:
+def _direct_dtype(t: TensorProto) -> np.dtype | None:
+    """The numpy dtype a large tensor's bytes are read as directly, or None (small, packed
+    4-bit or string tensors go through the proto)."""
+    count = 1
+    for d in t.dims:
+        count *= d
+    if count <= DIRECT_MIN_ELEMENTS or t.data_type in _NOT_DIRECT:
+        return None
+    try:
+        return dtypes.np_dtype(t.data_type)
+    except ValueError:
+        return None
+
+
+_NOT_DIRECT = {
+    getattr(TensorProto, n)
+    for n in ("STRING", "INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2", "UNDEFINED")
+    if hasattr(TensorProto, n)
+}
+
+
+def _load_external(
+    tensor: TensorProto, folder: Path | None, roots: list[Path], into_array: bool = False
+) -> np.ndarray | None:
+    """Read ``tensor``'s external data into it, or with ``into_array`` into a new array of its
+    type and shape (the tensor then keeps no data)."""
     info = {e.key: e.value for e in tensor.external_data}
     name = tensor.name or "<unnamed>"
     location = info.get("location")
@@ -326,14 +376,24 @@ def _load_external(tensor: TensorProto, folder: Path | None, roots: list[Path]) 
     except BaseException:
         os.close(fd)
         raise
+    array = None
     with os.fdopen(fd, "rb") as f:
         f.seek(offset)
-        data = f.read(length)
-    if len(data) != length:
+        if into_array:
+            dt = _direct_dtype(tensor)
+            assert dt is not None
+            array = np.empty(tuple(int(d) for d in tensor.dims), dtype=dt)
+            got = f.readinto(memoryview(array.reshape(-1).view(np.uint8)))
+        else:
+            data = f.read(length)
+            got = len(data)
+    if got != length:
         raise Fail(f"tensor '{name}': external data file '{location}' changed while being read")
-    tensor.raw_data = data
+    if array is None:
+        tensor.raw_data = data
     tensor.data_location = TensorProto.DEFAULT
     del tensor.external_data[:]
+    return array
 
 
 def _resolve_inside(folder: Path, rel: Path, roots: list[Path], name: str, location: str) -> Path:

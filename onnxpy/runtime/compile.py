@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import onnx
 from onnx import ModelProto
@@ -369,7 +370,7 @@ def _check_io_types(model: ModelProto) -> None:
                     )
 
 
-def build_graph(model: ModelProto, release_data: bool = False) -> Graph:
+def build_graph(model: ModelProto, release_data: bool = False, arrays: dict[str, Any] | None = None) -> Graph:
     """ModelProto -> Graph with types inferred, functions expanded, nodes topologically sorted.
 
     Validation is onnxpy's own, not onnx.checker (which rejects models onnxruntime runs, such
@@ -384,7 +385,7 @@ def build_graph(model: ModelProto, release_data: bool = False) -> Graph:
     opsets = model_opsets(model)
     validate_protos(model, opsets)  # also before onnx's shape inference: it assumes sane nodes
     types = infer_types(model)
-    graph = graph_from_proto(model.graph, opsets, types, release_data=release_data)
+    graph = graph_from_proto(model.graph, opsets, types, release_data=release_data, arrays=arrays)
     names = [vi.name for vi in model.graph.input]
     if len(set(names)) != len(names):
         raise InvalidGraph(f"graph inputs have duplicate names: {names}")
