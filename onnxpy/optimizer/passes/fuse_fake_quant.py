@@ -90,7 +90,10 @@ def fake_quant_params(graph: Graph, q: Node, dq: Node) -> list[float] | None:
         return None
     # A DequantizeLinear's output has its scale's type (float32, checked below); contrib
     # nodes carry no inferred types.
-    if graph.elem_type(q.inputs[0]) != 1 or graph.elem_type(dq.outputs[0]) not in (None, 1):
+    x_type = graph.elem_type(q.inputs[0])
+    if x_type is None and q.domain == "com.microsoft":
+        x_type = 1  # its x has its scale's type (checked float32 below); untyped after contrib nodes
+    if x_type != 1 or graph.elem_type(dq.outputs[0]) not in (None, 1):
         return None
     qp, dqp = _params(graph, q), _params(graph, dq)
     if qp is None or dqp is None or not _same(qp[0], dqp[0]) or not _same(qp[1], dqp[1]):
