@@ -95,10 +95,13 @@ class _SeverityFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         level = threshold()
         if level is None:
-            # No severity applies: what the logger let through before _install lowered its
-            # level (its parent's level), so the application's handlers see no more than before.
-            parent = logging.getLogger(LOGGER_NAME).parent
-            level = parent.getEffectiveLevel() if _lowered and parent is not None else logging.NOTSET
+            # No severity applies: while the logger has the level _install gave it, what it let
+            # through before (its parent's level), so the application's handlers see no more
+            # than before; once the application set a level of its own, that level decided.
+            logger = logging.getLogger(LOGGER_NAME)
+            parent = logger.parent
+            lowered = logger.level == _OWN_LEVEL and parent is not None
+            level = parent.getEffectiveLevel() if lowered and parent is not None else logging.NOTSET
         return record.levelno >= level
 
 
@@ -127,13 +130,16 @@ def _configured() -> bool:
 
 _installed = False
 _install_lock = threading.Lock()
-_lowered = False  # whether _install set the logger's level (it had none of its own)
+# The level _install gives the logger when it has none of its own: below DEBUG, so that every
+# record is made, and a value no application sets, so that one the application sets later
+# (even DEBUG) is told apart from it.
+_OWN_LEVEL = 1
 
 
 def _install() -> None:
     """Once a severity applies: the filter and the stderr handler (once), and a logger level low
     enough for verbose records to be made at all, unless the application set one of its own."""
-    global _installed, _lowered
+    global _installed
     logger = logging.getLogger(LOGGER_NAME)
     with _install_lock:  # sessions may be created on several threads at once
         if not _installed:
@@ -143,8 +149,7 @@ def _install() -> None:
             logger.addHandler(handler)
             _installed = True
         if logger.level == logging.NOTSET:
-            logger.setLevel(logging.DEBUG)
-            _lowered = True
+            logger.setLevel(_OWN_LEVEL)
 
 
 class _CallbackHandler(logging.Handler):

@@ -348,3 +348,21 @@ def test_build_info_names_what_onnxpy_runs_on() -> None:
     info = onnxpy.get_build_info()
     assert info.startswith(f"onnxpy {onnxpy.__version__}")
     assert f"numpy {np.__version__}" in info and f"onnx {onnx.__version__}" in info
+
+
+def test_a_level_the_application_sets_later_decides_for_sessions_without_severity(
+    caplog: pytest.LogCaptureFixture, fresh_logs: None
+) -> None:
+    """After a verbose session made onnxpy lower its logger's level, an application that sets
+    that logger to DEBUG itself gets the records of sessions that set no severity (they were
+    filtered at the root's WARNING whenever the verbose session came first)."""
+    logger = logging.getLogger("onnxpy")
+    saved = logger.level
+    logger.setLevel(logging.NOTSET)  # as in a fresh process
+    try:
+        verbose = onnxpy.SessionOptions()
+        verbose.log_severity_level = 0
+        onnxpy.InferenceSession(str(DEMO), verbose)  # installs onnxpy's filter, lowers the level
+        assert {"INFO", "DEBUG"} <= set(_creation_records(caplog))  # caplog sets DEBUG, as an app
+    finally:
+        logger.setLevel(saved)
