@@ -113,7 +113,7 @@ def test_preload_dlls_and_print_debug_info(capsys: pytest.CaptureFixture[str]) -
 
 def test_get_ep_devices_cpu_as_onnxruntime() -> None:
     if not hasattr(onnxruntime, "get_ep_devices"):
-        pytest.skip("onnxruntime without get_ep_devices")
+        skip_before_onnxruntime((1, 32), "has no get_ep_devices")
     (theirs,) = [d for d in onnxruntime.get_ep_devices() if d.ep_name == "CPUExecutionProvider"]
     (ours,) = [d for d in onnxpy.get_ep_devices() if d.ep_name == "CPUExecutionProvider"]
     assert ours.ep_options == theirs.ep_options
@@ -131,7 +131,7 @@ def test_get_ep_devices_cpu_as_onnxruntime() -> None:
 @pytest.mark.parametrize("ort", LIBS)
 def test_sessions_follow_devices_and_policy_of_their_options(ort: Any) -> None:
     if not hasattr(ort, "get_ep_devices"):
-        pytest.skip("onnxruntime without get_ep_devices")
+        skip_before_onnxruntime((1, 32), "has no get_ep_devices")
     cpu = [d for d in ort.get_ep_devices() if d.ep_name == "CPUExecutionProvider"]
     so = ort.SessionOptions()
     assert not so.has_providers()
