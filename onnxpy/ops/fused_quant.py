@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ._derived import derived
-from .quant import _F32, _F32_EXACT, _F64, dynamic_quantization, quantize_uint8
+from .quant import _F32, _F32_EXACT, _F64, dynamic_quantization, largest_column_sum, quantize_uint8, shifted_columns
 from .registry import op
 
 DOMAIN = "onnxpy.fused"
@@ -42,25 +41,6 @@ def dynamic_quantize_shifted(xp: Any, x: Any) -> Any:
     return v, xp.asarray(scale, dtype=_F32), xp.asarray(np.uint8(zp))
 
 
-def _shifted_columns(b: Any, b_zero_point: Any, dt: np.dtype) -> Any:
-    def build() -> Any:
-        v = b.astype(dt)
-        if b_zero_point is not None:
-            v -= b_zero_point.astype(dt)
-        return v
-
-    sources = (b,) if b_zero_point is None else (b, b_zero_point)
-    return derived(sources, ("shifted-columns", dt, None if b_zero_point is None else b_zero_point.shape), build)
-
-
-def _largest_column_sum(b: Any, b_zero_point: Any) -> float:
-    def build() -> float:
-        return float(np.abs(_shifted_columns(b, b_zero_point, _F64)).sum(axis=0).max(initial=0.0))
-
-    sources = (b,) if b_zero_point is None else (b, b_zero_point)
-    return derived(sources, ("abs-column-sum-2d",), build)
-
-
 @op("ShiftedIntegerMatMul", 1, domain=DOMAIN)
 def shifted_integer_matmul(
     xp: Any,
@@ -74,10 +54,10 @@ def shifted_integer_matmul(
     (integers of magnitude <= 255) and a 2-D integer B."""
     if B.ndim != 2 or v.shape[-1] != B.shape[0]:
         raise ValueError(f"ShiftedIntegerMatMul: A {list(v.shape)} and B {list(B.shape)} have different K")
-    if xp is np and 255.0 * _largest_column_sum(B, b_zero_point) < _F32_EXACT:
-        y = xp.matmul(v, _shifted_columns(B, b_zero_point, _F32))
+    if xp is np and 255.0 * largest_column_sum(B, b_zero_point) < _F32_EXACT:
+        y = xp.matmul(v, shifted_columns(B, b_zero_point, _F32))
     else:
-        y = xp.matmul(v.astype(_F64), _shifted_columns(B, b_zero_point, _F64)).astype(_F32)
+        y = xp.matmul(v.astype(_F64), shifted_columns(B, b_zero_point, _F64)).astype(_F32)
     y *= scale.astype(_F32, copy=False)
     if bias is not None:
         y += bias.astype(_F32, copy=False)

@@ -363,33 +363,46 @@ def _weight_abs_sum(w: Any, w_zero_point: Any, wz_shape: tuple[int, ...] | None)
     return derived(sources, ("abs-row-sum", wz_shape), build)
 
 
-def integer_matmul(xp: Any, a: Any, a_zero_point: Any, b: Any, b_zero_point: Any) -> Any:
-    """(a - a_zero_point) @ (b - b_zero_point) exactly, as integer-valued float32 where every
-    sum fits float32's integers (see _F32_EXACT), else float64. ``a_zero_point`` broadcasts
-    against a's rows (shape () or (M, 1)), ``b_zero_point`` against b's columns."""
-    zb_shape = None if b_zero_point is None else tuple(b_zero_point.shape)
+def shifted_columns(b: Any, b_zero_point: Any, dt: np.dtype) -> Any:
+    """b - b_zero_point in ``dt`` (the zero point broadcasting against b's columns), cached for
+    constant operands."""
 
-    def column_sum() -> float:
-        v = _shifted(b, b_zero_point)
-        return float(np.abs(np.asarray(v)).sum(axis=-2).max(initial=0.0)) if v.ndim >= 2 else float("inf")
-
-    sources = (b,) if b_zero_point is None else (b, b_zero_point)
-    # On a device, float64 as before: the bound would read the operands back to the host.
-    fits = xp is np and _largest_shift(a.dtype, a_zero_point) * derived(
-        sources, ("abs-column-sum", zb_shape), column_sum
-    )
-    dt = _F32 if xp is np and fits < _F32_EXACT else _F64
-    av = a.astype(dt)
-    if a_zero_point is not None:
-        av -= a_zero_point.astype(dt)
-
-    def shifted_b() -> Any:
+    def build() -> Any:
         v = b.astype(dt)
         if b_zero_point is not None:
             v -= b_zero_point.astype(dt)
         return v
 
-    return xp.matmul(av, derived(sources, ("shifted-columns", dt, zb_shape), shifted_b))
+    sources = (b,) if b_zero_point is None else (b, b_zero_point)
+    return derived(sources, ("shifted-columns", dt, _shape_of(b_zero_point)), build)
+
+
+def largest_column_sum(b: Any, b_zero_point: Any) -> float:
+    """max over b's columns of sum |b - b_zero_point| (inf for a 1-D b), cached for constants."""
+
+    def build() -> float:
+        v = np.asarray(shifted_columns(b, b_zero_point, _F64))
+        return float(np.abs(v).sum(axis=-2).max(initial=0.0)) if v.ndim >= 2 else float("inf")
+
+    sources = (b,) if b_zero_point is None else (b, b_zero_point)
+    return derived(sources, ("abs-column-sum", _shape_of(b_zero_point)), build)
+
+
+def _shape_of(p: Any) -> tuple[int, ...] | None:
+    return None if p is None else tuple(p.shape)
+
+
+def integer_matmul(xp: Any, a: Any, a_zero_point: Any, b: Any, b_zero_point: Any) -> Any:
+    """(a - a_zero_point) @ (b - b_zero_point) exactly, as integer-valued float32 where every
+    sum fits float32's integers (see _F32_EXACT), else float64. ``a_zero_point`` broadcasts
+    against a's rows (shape () or (M, 1)), ``b_zero_point`` against b's columns."""
+    # On a device, float64 as before: the bound would read the operands back to the host.
+    fits = xp is np and _largest_shift(a.dtype, a_zero_point) * largest_column_sum(b, b_zero_point) < _F32_EXACT
+    dt = _F32 if fits else _F64
+    av = a.astype(dt)
+    if a_zero_point is not None:
+        av -= a_zero_point.astype(dt)
+    return xp.matmul(av, shifted_columns(b, b_zero_point, dt))
 
 
 @op("MatMulInteger", 10)
