@@ -388,6 +388,11 @@ def largest_column_sum(b: Any, b_zero_point: Any) -> float:
     return derived(sources, ("abs-column-sum", _shape_of(b_zero_point)), build)
 
 
+def _largest_magnitude(v: Any) -> float:
+    """max |v| (0 when empty), once per constant: a bias checked on every run otherwise."""
+    return derived((v,), ("largest-magnitude",), lambda: float(np.abs(v).max(initial=0)))
+
+
 def _shape_of(p: Any) -> tuple[int, ...] | None:
     return None if p is None else tuple(p.shape)
 
@@ -504,7 +509,7 @@ def _conv_integer(
     if x_zero_point is not None:
         xv -= x_zero_point.astype(dt).reshape(())
     wv = _shifted_weights(w, w_zero_point, wz_shape, dt)
-    fused = dt == _F32 and (bias is None or bound + float(np.abs(bias).max(initial=0)) < _F32_EXACT)
+    fused = dt == _F32 and (bias is None or bound + _largest_magnitude(bias) < _F32_EXACT)
     b = None
     if fused and bias is not None:
         b = derived((bias,), ("float32-bias",), lambda: bias.reshape(-1).astype(_F32))
@@ -583,7 +588,7 @@ def qlinear_conv(
     if B is not None and not fused:
         # The int32 sum acc + B rounded to float32, as onnxruntime converts it: float32 addition
         # rounds the exact sum once when both terms are exact in float32.
-        if acc.dtype == _F32 and float(np.abs(B).max(initial=0)) < _F32_EXACT:
+        if acc.dtype == _F32 and _largest_magnitude(B) < _F32_EXACT:
             acc += B.astype(_F32).reshape((1, m) + (1,) * nd)
         else:
             acc = acc + B.astype(_F64).reshape((1, m) + (1,) * nd)
