@@ -132,6 +132,11 @@ def shape_inference_mode() -> str:
 # The helper process: reads requests (8-byte length + model) on stdin, answers on the
 # original stdout (1 status byte + 8-byte length + inferred model); anything onnx prints goes
 # to stderr. Its address space is capped so a hostile model cannot make it exhaust memory.
+# It loads onnx's compiled extension straight from its file and hands it the serialized model
+# (what onnx.shape_inference.infer_shapes does around it), without site-packages or the onnx
+# package: it starts in about 30 ms where `import onnx` took about 250, the whole cost of a
+# process's first session on a small model. Where that load fails (another layout of the onnx
+# package) it imports onnx as usual.
 _WORKER_CODE = r"""
 import os, struct, sys
 try:
@@ -142,7 +147,23 @@ except Exception:
     pass
 reply = os.fdopen(os.dup(1), "wb")
 os.dup2(2, 1)
-import onnx
+try:
+    import importlib.machinery, importlib.util
+    name = "onnx.onnx_cpp2py_export"
+    loader = importlib.machinery.ExtensionFileLoader(name, sys.argv[2])
+    native = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, sys.argv[2], loader=loader))
+    loader.exec_module(native)
+    infer = native.shape_inference.infer_shapes
+except Exception:
+    import site
+    site.main()
+    sys.path.insert(0, sys.argv[3])
+    import onnx
+
+    def infer(data, check_type, strict_mode, data_prop):
+        model = onnx.ModelProto.FromString(data)
+        return onnx.shape_inference.infer_shapes(model, check_type, strict_mode, data_prop).SerializeToString()
+
 reply.write(b"R")  # ready: the parent knows this interpreter speaks the protocol
 reply.flush()
 requests = sys.stdin.buffer
@@ -153,14 +174,21 @@ while True:
     (n,) = struct.unpack("<Q", head)
     data = requests.read(n)
     try:
-        model = onnx.ModelProto.FromString(data)
-        out = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
-        body = out.SerializeToString()
+        body = infer(data, False, False, True)
         reply.write(b"\x00" + struct.pack("<Q", len(body)) + body)
     except Exception:
         reply.write(b"\x01" + struct.pack("<Q", 0))
     reply.flush()
 """
+
+
+def _worker_command(memory_limit: int) -> list[str]:
+    """The helper's command line: an isolated interpreter (-I: no environment variables or
+    user site; -S: no site-packages) given onnx's extension and the folder holding onnx."""
+    native = getattr(getattr(onnx, "onnx_cpp2py_export", None), "__file__", None) or ""
+    onnx_parent = os.path.dirname(os.path.dirname(os.path.abspath(onnx.__file__)))
+    return [sys.executable, "-I", "-S", "-c", _WORKER_CODE, str(memory_limit), native, onnx_parent]
+
 
 _UNAVAILABLE = object()
 
@@ -180,6 +208,7 @@ class _ShapeInference:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner = 0
+        self._ready = False  # the running helper has said it is ready
         self._broken = False
         atexit.register(self.close)
         if hasattr(os, "register_at_fork"):
@@ -224,25 +253,48 @@ class _ShapeInference:
                 if not ok:
                     self._kill()
 
-    def _process(self) -> subprocess.Popen[bytes] | None:
+    def prestart(self) -> None:
+        """Start the helper without waiting for it, so that its start overlaps the caller's
+        work until the first ``infer`` (which waits for it). Does nothing while another
+        thread uses the helper."""
+        if self._broken or not hasattr(select, "select") or sys.platform == "win32":
+            return
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drop_stale()
+                if self._proc is None:
+                    self._spawn()
+            finally:
+                self._lock.release()
+
+    def _drop_stale(self) -> None:
         if self._proc is not None and (self._owner != os.getpid() or self._proc.poll() is not None):
             if self._owner == os.getpid():
                 self._kill()
             self._proc = None  # a forked child never touches its parent's helper
-        if self._proc is None:
-            try:
-                self._proc = subprocess.Popen(
-                    [sys.executable, "-c", _WORKER_CODE, str(self.memory_limit)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    close_fds=True,
-                )
-            except OSError:
-                self._broken = True
-                return None
-            self._owner = os.getpid()
-            assert self._proc.stdout is not None
+
+    def _spawn(self) -> bool:
+        try:
+            self._proc = subprocess.Popen(
+                _worker_command(self.memory_limit),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError:
+            self._broken = True
+            return False
+        self._owner = os.getpid()
+        self._ready = False
+        return True
+
+    def _process(self) -> subprocess.Popen[bytes] | None:
+        self._drop_stale()
+        if self._proc is None and not self._spawn():
+            return None
+        assert self._proc is not None and self._proc.stdout is not None
+        if not self._ready:
             ready = _read_exactly(self._proc.stdout.fileno(), 1, time.monotonic() + self.startup_timeout)
             if ready != b"R":
                 # Not a Python that can run the helper (an embedding host's executable...):
@@ -250,6 +302,7 @@ class _ShapeInference:
                 self._kill()
                 self._broken = True
                 return None
+            self._ready = True
         return self._proc
 
     def _kill(self) -> None:
@@ -289,6 +342,13 @@ def _read_exactly(fd: int, n: int, deadline: float) -> bytes | None:
 
 
 _ISOLATED = _ShapeInference()
+
+
+def prestart_shape_inference() -> None:
+    """Start the shape-inference helper now, where it will be used and is not running yet:
+    the first session of a process then overlaps its start with loading the model."""
+    if shape_inference_mode() == "isolated":
+        _ISOLATED.prestart()
 
 
 def infer_types(model: ModelProto) -> dict[str, onnx.TypeProto]:
@@ -380,6 +440,7 @@ def build_graph(model: ModelProto, release_data: bool = False, arrays: dict[str,
     """
     if not model.HasField("graph"):
         raise InvalidGraph("the model has no graph")
+    prestart_shape_inference()
     check_nesting(model)  # before onnx's shape inference, which recurses in C++
     _check_io_types(model)
     opsets = model_opsets(model)
