@@ -14,7 +14,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import onnx
@@ -190,21 +190,40 @@ def check_strings(model: ModelProto) -> None:
     far away as a TypeError; refuse it here, naming the field.
     """
     stack: list[Any] = [model]
+    kinds: dict[Any, int] = {}  # field descriptor -> _field_kind, looked up once per field
     while stack:
         msg = stack.pop()
         for field, value in msg.ListFields():
-            if field.type == FieldDescriptor.TYPE_STRING:
-                values = value if _is_repeated(field) else (value,)
-                for v in values:
+            kind = kinds.get(field)
+            if kind is None:
+                kind = kinds[field] = _field_kind(field)
+            if kind == _STRING:
+                if value.__class__ is not str:
+                    _not_utf8(field, value)
+            elif kind == _STRINGS:
+                for v in value:
                     if v.__class__ is not str:
-                        raise InvalidProtobuf(
-                            f"the model's {field.full_name} field holds {bytes(v)[:40]!r}, which is not valid UTF-8"
-                        )
-            elif field.type == FieldDescriptor.TYPE_MESSAGE:
-                if _is_repeated(field):
-                    stack.extend(value)
-                else:
-                    stack.append(value)
+                        _not_utf8(field, v)
+            elif kind == _MESSAGE:
+                stack.append(value)
+            elif kind == _MESSAGES:
+                stack.extend(value)
+
+
+_OTHER, _STRING, _STRINGS, _MESSAGE, _MESSAGES = range(5)
+
+
+def _field_kind(field: FieldDescriptor) -> int:
+    repeated = _is_repeated(field)
+    if field.type == FieldDescriptor.TYPE_STRING:
+        return _STRINGS if repeated else _STRING
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return _MESSAGES if repeated else _MESSAGE
+    return _OTHER
+
+
+def _not_utf8(field: FieldDescriptor, value: Any) -> NoReturn:
+    raise InvalidProtobuf(f"the model's {field.full_name} field holds {bytes(value)[:40]!r}, which is not valid UTF-8")
 
 
 def _check_type_depth(vi: onnx.ValueInfoProto) -> None:

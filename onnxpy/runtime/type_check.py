@@ -62,6 +62,7 @@ def _allowed_elsewhere(schema: Any, op_type: str, side: str, formal: Any, actual
     return actual in _types_at_any_version(schema.domain, op_type, side, formal.name)
 
 
+@functools.lru_cache(maxsize=4096)  # bounded: type strings also come from models
 def _normal(type_str: str) -> str:
     """onnx spells a map's values "map(int64, float)", onnxpy "map(int64,tensor(float))": one
     spelling, without spaces."""
@@ -80,9 +81,17 @@ def check_types(graph: Graph) -> None:
                 _check_branches(node)
 
 
+@functools.lru_cache(maxsize=4096)
+def _allowed_types(domain: str, op_type: str, since_version: int) -> dict[str, frozenset[str]]:
+    """A schema's type variables and the types each allows, spelt as _normal spells them (onnx
+    spells maps "map(int64, float)", onnxruntime "map(int64,float)"). Once per schema: building
+    it per node was a fifth of DenseNet-121's type check."""
+    schema = defs.get_schema(op_type, since_version, domain)
+    return {c.type_param_str: frozenset(_normal(t) for t in c.allowed_type_strs) for c in schema.type_constraints}
+
+
 def _check_node(graph: Graph, node: Node, schema: Any) -> None:
-    # onnx spells maps "map(int64, float)", onnxruntime "map(int64,float)": compared without spaces
-    allowed = {c.type_param_str: {_normal(t) for t in c.allowed_type_strs} for c in schema.type_constraints}
+    allowed = _allowed_types(schema.domain, schema.name, schema.since_version)
     bound: dict[str, tuple[str, str]] = {}  # type variable -> (type, the first value that had it)
     for side, formals, names in (("input", schema.inputs, node.inputs), ("output", schema.outputs, node.outputs)):
         for formal, name in _bindings(formals, names):
