@@ -12,6 +12,8 @@ import os as _os
 from . import ops as _ops  # noqa: F401 - registers every kernel
 from .api.devices import (
     OrtDeviceVendorId,
+    OrtEpAssignedNode,
+    OrtEpAssignedSubgraph,
     OrtEpDevice,
     OrtExecutionProviderDevicePolicy,
     OrtHardwareDevice,
@@ -158,6 +160,8 @@ __all__ = [
     "get_ep_devices",
     "OrtDeviceVendorId",
     "OrtEpDevice",
+    "OrtEpAssignedNode",
+    "OrtEpAssignedSubgraph",
     "OrtHardwareDevice",
     "OrtHardwareDeviceType",
     "OrtExecutionProviderDevicePolicy",

@@ -1,5 +1,7 @@
-"""onnxruntime's execution-provider device API: get_ep_devices, OrtEpDevice, OrtHardwareDevice and
-the selection policy of SessionOptions.set_provider_selection_policy.
+"""onnxruntime's execution-provider device API: get_ep_devices, OrtEpDevice, OrtHardwareDevice,
+the selection policy of SessionOptions.set_provider_selection_policy (or its delegate), and
+the provider assignment InferenceSession.get_provider_graph_assignment_info reports
+(OrtEpAssignedSubgraph, OrtEpAssignedNode).
 
 onnxpy lists one device per provider it can run here: the CPU always, and each CUDA device when
 its CUDA provider is available. A session whose options name devices (add_provider_for_devices)
@@ -10,6 +12,7 @@ and sync streams of a device are not supported (onnxpy has no native allocators)
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
 from . import unsupported
@@ -163,6 +166,95 @@ def providers_for_devices(devices: list[OrtEpDevice], options: dict[str, str]) -
     """The (provider, options) that runs on ``devices`` (all of one provider; the first one's
     device is used: an onnxpy session runs on one device)."""
     return devices[0].ep_name, {**devices[0].ep_options, **options}
+
+
+def device_of_provider(ep_name: str, device_type: str, device_id: int) -> OrtEpDevice:
+    """The OrtEpDevice a provider of a session runs on (a provider registered with
+    onnxpy.providers.register_provider, which get_ep_devices does not list, gets its own)."""
+    for d in get_ep_devices():
+        if d.ep_name == ep_name and d.ep_options.get("device_id", "0") == str(device_id):
+            return d
+    kind = OrtHardwareDeviceType.CPU if device_type == "cpu" else OrtHardwareDeviceType.GPU
+    return OrtEpDevice(ep_name, OrtHardwareDevice(kind, "", 0, device_id), {"device_id": str(device_id)})
+
+
+#: what a selection delegate is told it may return at most (onnxruntime's limit)
+MAX_SELECTIONS = 8
+
+
+def providers_for_delegate(delegate: Callable[..., Any], model_metadata: dict[str, str]) -> list[Any]:
+    """The (provider, options) pairs the devices ``delegate`` selects run on, in its order.
+    Errors as onnxruntime reports them: Fail for a delegate that raises, returns something else
+    than OrtEpDevices or selects nothing; InvalidArgument for two devices of one provider (an
+    onnxpy session runs on one device)."""
+    from .errors import Fail, InvalidArgument
+
+    available = get_ep_devices()
+    try:
+        chosen = delegate(available, dict(model_metadata), {}, MAX_SELECTIONS)
+        if isinstance(chosen, (str, bytes, dict)) or not hasattr(chosen, "__iter__"):
+            raise TypeError(f"expected a list of OrtEpDevice, got {type(chosen).__name__}")
+        chosen = list(chosen)
+        for d in chosen:
+            if not isinstance(d, OrtEpDevice):
+                raise TypeError(f"expected a list of OrtEpDevice, got an element of type {type(d).__name__}")
+    except Exception as e:  # noqa: BLE001 - the user's code: reported as onnxruntime reports it
+        raise Fail(f"EP selection delegate failed: {type(e).__name__}: {e}") from e
+    if not chosen:
+        raise Fail("EP selection delegate did not select anything.")
+    if len(chosen) > MAX_SELECTIONS:
+        raise InvalidArgument(
+            f"EP selection delegate selected {len(chosen)} devices; at most {MAX_SELECTIONS} may be selected"
+        )
+    pairs: list[Any] = []
+    for d in chosen:
+        if any(name == d.ep_name for name, _ in pairs):
+            raise InvalidArgument(
+                f"EP selection delegate selected more than one device of {d.ep_name}: an onnxpy session runs "
+                "on one device of each provider"
+            )
+        pairs.append((d.ep_name, d.ep_options))
+    return pairs
+
+
+class OrtEpAssignedNode:
+    """A node of the session's graph, as InferenceSession.get_provider_graph_assignment_info
+    reports it: name, domain and op type."""
+
+    def __init__(self, name: str, domain: str, op_type: str) -> None:
+        self._name, self._domain, self._op_type = name, domain, op_type
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def domain(self) -> str:
+        return self._domain
+
+    @property
+    def op_type(self) -> str:
+        return self._op_type
+
+    def __repr__(self) -> str:
+        return f"<OrtEpAssignedNode name={self._name!r} domain={self._domain!r} op_type={self._op_type!r}>"
+
+
+class OrtEpAssignedSubgraph:
+    """Nodes a provider runs (get_provider_graph_assignment_info)."""
+
+    def __init__(self, ep_name: str, nodes: list[OrtEpAssignedNode]) -> None:
+        self._ep_name, self._nodes = ep_name, list(nodes)
+
+    @property
+    def ep_name(self) -> str:
+        return self._ep_name
+
+    def get_nodes(self) -> list[OrtEpAssignedNode]:
+        return list(self._nodes)
+
+    def __repr__(self) -> str:
+        return f"<OrtEpAssignedSubgraph {self._ep_name} nodes={self._nodes!r}>"
 
 
 def providers_for_policy(policy: OrtExecutionProviderDevicePolicy) -> list[str]:

@@ -12,6 +12,12 @@ What each option does in onnxpy:
 - add_free_dimension_override_by_name: fixes named input dimensions before inference.
 - add_initializer: replaces an initializer of the model by the given OrtValue.
 - add_external_initializers: the data of initializers stored in external files, given in memory.
+- add_external_initializers_from_files_in_memory: the contents of the external data files
+  themselves, by the location the model names: main-graph initializers are read from them, not
+  from disk (every such initializer's file must then be given).
+- set_load_cancellation_flag(True): session creation with these options (or set_providers of a
+  session created with them) stops at its next stage with ModelLoadCanceled; the flag is shared
+  with sessions being created, so another thread can cancel a slow load.
 - add_session_config_entry: string settings; onnxpy reads the keys listed in CONFIG_KEYS.
 - enable_cpu_mem_arena (default True): freed host memory is kept for the next run, by fixing
   glibc's malloc thresholds once per process (onnxpy.runtime.memory); False leaves malloc as
@@ -22,8 +28,10 @@ InvalidArgumentType (an InvalidArgument that is a TypeError, as onnxruntime rais
 one out of range InvalidArgument, naming the option and what it takes, instead of being
 coerced (an int() of 2.5, a truthy "no"). Enum options also take their int values.
 
-Execution-provider devices (onnxpy.api.devices): add_provider_for_devices and
-set_provider_selection_policy choose the provider of a session created without ``providers``.
+Execution-provider devices (onnxpy.api.devices): add_provider, add_provider_for_devices,
+set_provider_selection_policy and set_provider_selection_policy_delegate choose the provider of
+a session created without ``providers``. The EPContext data read callback
+(set_ep_context_data_read_func) raises NotImplemented: onnxpy has no compiling providers.
 
 Accepted for compatibility, no effect in onnxpy (documented, not silently dropped):
 inter_op_num_threads and execution_mode (nodes always run in order on one thread),
@@ -44,6 +52,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -221,6 +230,12 @@ class SessionOptions(_Closed):
         # add_provider_for_devices: (provider, options) pairs; a tuple, so snapshots share it safely
         self._device_providers: tuple[tuple[str, dict[str, str]], ...] = ()
         self._device_policy: devices.OrtExecutionProviderDevicePolicy | None = None
+        self._policy_delegate: Callable[..., Any] | None = None
+        # add_external_initializers_from_files_in_memory: normalized location -> file contents
+        self._external_files: dict[str, memoryview] = {}
+        # set_load_cancellation_flag: a one-item list, so the snapshot a session takes shares it
+        # (another thread may cancel a load under way) while the options stay copyable
+        self._load_canceled: list[bool] = [False]
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         if not isinstance(key, str) or not isinstance(value, str):
@@ -260,6 +275,44 @@ class SessionOptions(_Closed):
                 raise InvalidArgumentType(f"add_external_initializers: names must be strings, got {name!r}")
         self._external_initializers.update(zip(names, values))
 
+    def add_external_initializers_from_files_in_memory(
+        self, names: Sequence[str], buffers: Sequence[Any], lengths: Sequence[int]
+    ) -> None:
+        """Provide the contents of external data files in memory: ``names`` are the files'
+        names as the model's external_data locations give them, ``buffers`` any bytes-like objects
+        (bytes, bytearray, memoryview, numpy arrays) and ``lengths`` the files' sizes in bytes.
+        Main-graph initializers stored externally are read from these at session creation,
+        instead of from disk. The buffers are referenced, not copied: keep them unchanged until
+        the session is created."""
+        what = "add_external_initializers_from_files_in_memory"
+        names, buffers, lengths = _listed(names, what), _listed(buffers, what), _listed(lengths, what)
+        if not len(names) == len(buffers) == len(lengths):
+            raise InvalidArgument(
+                f"{what}: got {len(names)} names, {len(buffers)} buffers and {len(lengths)} lengths; "
+                "expecting lists of equal length"
+            )
+        files: dict[str, memoryview] = {}
+        for name, buffer, length in zip(names, buffers, lengths):
+            if not isinstance(name, str):
+                raise InvalidArgumentType(f"{what}: file names must be strings, got {name!r}")
+            if not _is_int(length):
+                raise InvalidArgumentType(f"{what}: lengths must be ints, got {length!r} for '{name}'")
+            if isinstance(buffer, str):
+                raise InvalidArgumentType(f"{what}: the buffer of '{name}' is a str; give bytes")
+            try:
+                view = memoryview(buffer).cast("B")
+            except (TypeError, ValueError) as e:
+                raise InvalidArgumentType(
+                    f"{what}: the buffer of '{name}' must be a contiguous bytes-like object, got "
+                    f"{type(buffer).__name__} ({e})"
+                ) from None
+            if not 0 <= length <= view.nbytes:
+                raise InvalidArgument(
+                    f"{what}: length {length} of '{name}' is outside its buffer of {view.nbytes} bytes"
+                )
+            files[external_file_key(name)] = view[: int(length)]
+        self._external_files.update(files)
+
     def register_custom_ops_library(self, library_path: str) -> None:
         """Native custom-op libraries (.so/.dll built against onnxruntime's C API) cannot run in
         onnxpy: it refuses them by name. Custom operators are Python functions registered with
@@ -268,6 +321,27 @@ class SessionOptions(_Closed):
             f"register_custom_ops_library('{library_path}'): onnxpy cannot load native onnxruntime custom-op "
             "libraries; register the operator's kernel in Python with onnxpy.ops.registry.op instead"
         )
+
+    def add_provider(self, provider_name: str, provider_options: dict[str, str]) -> None:
+        """Run sessions created with these options (and no ``providers``) on ``provider_name``,
+        configured by ``provider_options``, in the order added (the CPU provider runs what the
+        others cannot). onnxpy's providers available here are accepted; onnxruntime's others are
+        refused as onnxruntime refuses those its build lacks, and unknown names as unknown."""
+        from ..providers import PROVIDER_DEVICES, available_provider_names
+        from .session import ONNXRUNTIME_PROVIDERS
+
+        if not isinstance(provider_name, str):
+            raise InvalidArgumentType(f"add_provider: the provider name must be a string, got {provider_name!r}")
+        options = _string_map(provider_options, "add_provider: provider_options")
+        if provider_name not in PROVIDER_DEVICES and provider_name not in ONNXRUNTIME_PROVIDERS:
+            raise InvalidArgument(f"Unknown Provider Type: {provider_name}. onnxpy knows {sorted(PROVIDER_DEVICES)}")
+        available = available_provider_names()
+        if provider_name not in available:
+            raise InvalidArgument(
+                f"Failed to add provider of type '{provider_name}' to SessionOptions. Provider configuration is "
+                f"not supported: providers available here: {available}"
+            )
+        self._device_providers = (*self._device_providers, (provider_name, options))
 
     def add_provider_for_devices(self, ep_devices: Any, ep_options: Any) -> None:
         """Run sessions created with these options (and no ``providers``) on the provider of
@@ -298,15 +372,58 @@ class SessionOptions(_Closed):
         (an OrtExecutionProviderDevicePolicy) points: PREFER_GPU and MAX_PERFORMANCE on CUDA when
         it is available, every other policy (and those without a GPU) on the CPU."""
         self._device_policy = _member(devices.OrtExecutionProviderDevicePolicy, policy, "set_provider_selection_policy")
+        self._policy_delegate = None  # the last one set decides, as in onnxruntime
+
+    def set_provider_selection_policy_delegate(self, delegate: Callable[..., Any]) -> None:
+        """Let ``delegate(ep_devices, model_metadata, runtime_metadata, max_selections)`` choose
+        the devices of sessions created with these options (and no ``providers``): it gets
+        onnxpy.get_ep_devices(), the model's metadata (str to str), {} and 8, and returns a list
+        of the OrtEpDevices to use, most preferred first, one per provider. It replaces an
+        earlier set_provider_selection_policy, and the reverse."""
+        if not callable(delegate):
+            raise InvalidArgumentType(
+                f"set_provider_selection_policy_delegate: expected a callable, got {type(delegate).__name__}"
+            )
+        self._policy_delegate = delegate
+        self._device_policy = None
+
+    def set_ep_context_data_read_func(self, read_func: Callable[..., Any], max_data_size: int) -> None:
+        unsupported.refuse("SessionOptions.set_ep_context_data_read_func", unsupported.COMPILE)
+
+    def clear_ep_context_data_read_func(self) -> None:
+        """Nothing to clear: onnxpy never holds an EPContext data read callback (setting one
+        raises NotImplemented)."""
+
+    def set_load_cancellation_flag(self, value: bool) -> None:
+        """True: session creation with these options stops at its next stage (loading,
+        optimizing, compiling) with ModelLoadCanceled, also one already under way on another
+        thread; False lets sessions be created again."""
+        self._load_canceled[0] = _flag(value, "set_load_cancellation_flag")
+
+    def _check_canceled(self) -> None:
+        if self._load_canceled[0]:
+            raise errors.ModelLoadCanceled(
+                "Model loading was canceled: SessionOptions.set_load_cancellation_flag(True) was called "
+                "on the options of this session"
+            )
 
     def has_providers(self) -> bool:
-        """Whether add_provider_for_devices or set_provider_selection_policy chose providers."""
-        return bool(self._device_providers) or self._device_policy is not None
+        """Whether add_provider, add_provider_for_devices, set_provider_selection_policy or its
+        delegate chose providers."""
+        return bool(self._device_providers) or self._device_policy is not None or self._policy_delegate is not None
 
-    def _selected_providers(self) -> list[Any]:
-        """The providers (names or (name, options) pairs) these options select, [] for none."""
+    def _selected_providers(self, model_metadata: dict[str, str] | None = None) -> list[Any]:
+        """The providers (names or (name, options) pairs) these options select, [] for none.
+        ``model_metadata``: what a selection delegate is given about the model."""
         if self._device_providers:
+            seen: set[str] = set()
+            for name, _ in self._device_providers:
+                if name in seen:
+                    raise errors.Fail(f"Provider {name} has already been registered.")
+                seen.add(name)
             return list(self._device_providers)
+        if self._policy_delegate is not None:
+            return devices.providers_for_delegate(self._policy_delegate, model_metadata or {})
         if self._device_policy is not None:
             return list(devices.providers_for_policy(self._device_policy))
         return []
@@ -317,6 +434,23 @@ class SessionOptions(_Closed):
 
     def __repr__(self) -> str:
         return f"<SessionOptions opt_level={self.graph_optimization_level.name} config={self._config}>"
+
+
+def external_file_key(name: str) -> str:
+    """An external data file's name as a location names it (``./w.bin`` and ``w.bin`` alike)."""
+    return os.path.normpath(name.replace("\\", "/")).replace("\\", "/")
+
+
+def _listed(items: Any, what: str) -> list[Any]:
+    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+        raise InvalidArgumentType(f"{what}: expected a list, got {type(items).__name__}")
+    return list(items)
+
+
+def _string_map(value: Any, what: str) -> dict[str, str]:
+    if not hasattr(value, "items") or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise InvalidArgumentType(f"{what} must map str to str, got {value!r}")
+    return dict(value.items())
 
 
 class RunOptions(_Closed):

@@ -32,6 +32,7 @@ from ..providers import (
     Provider,
     available_provider_names,
     cuda_graph_option,
+    provider_for_device,
     provider_for_session,
 )
 from ..runtime import logs
@@ -40,13 +41,14 @@ from ..runtime.compiled import CompiledGraph
 from ..runtime.executor import execute
 from ..runtime.facts import SessionFacts
 from ..runtime.memory import keep_freed_memory, release_free_memory
+from ..runtime.placement import FROM_HOST, FUSED_DOMAIN, TO_HOST
 from ..runtime.split import runner as split_runner
 from ..runtime.split.runner import SplitRunner
 from ..runtime.threads import pool_task
-from . import unsupported
+from . import devices, unsupported
 from .errors import Fail, InvalidArgument, InvalidArgumentType, InvalidGraph, NoSuchFile, OnnxpyError
 from .options import RunOptions, SessionOptions
-from .ortvalue import OrtValue, as_host_array
+from .ortvalue import OrtDevice, OrtValue, _element_dtype, as_host_array
 
 
 @dataclass(frozen=True)
@@ -225,17 +227,22 @@ class InferenceSession:
         # session (onnxruntime copies them too), and get_session_options() reports what is used.
         self._sess_options = sess_options._snapshot() if sess_options is not None else SessionOptions()
         opts = self._sess_options
+        opts._check_canceled()
         if opts.enable_cpu_mem_arena:
             keep_freed_memory()
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         self._lock = threading.Lock()
         self._plans: dict[tuple[str, ...], Any] = {}
         self._debug_compiled: CompiledGraph | None = None
+        # io_binding()'s bindings, whose captured CUDA graphs release_captured_graph drops
+        self._bindings: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._ep_dynamic_options: dict[str, str] = {}
 
         # The source is kept (a path, the caller's bytes or ModelProto: no copy) so the
         # unoptimized graph can be rebuilt on demand instead of holding a second set of weights.
         self._source = path_or_bytes
         base, loaded = self._load_base_graph(describe=True)
+        opts._check_canceled()
         self._value_names = frozenset(base.defined_names())
         self._opset = dict(base.opsets)
         self._facts = SessionFacts.from_options(opts)
@@ -259,8 +266,8 @@ class InferenceSession:
                     RuntimeWarning,
                     stacklevel=3,
                 )
-            else:  # the devices or policy of the options choose
-                providers, provider_options = opts._selected_providers(), None
+            else:  # the devices, policy or policy delegate of the options choose
+                providers, provider_options = opts._selected_providers(self._model_metadata()), None
         self._set_providers(providers, provider_options, base)
         del base
         release_free_memory()
@@ -292,7 +299,11 @@ class InferenceSession:
         }
         arrays: dict[str, np.ndarray] = {}  # weights read from external data straight into arrays
         model, _folder = load_model(
-            self._source, opts.config("session.model_external_initializers_file_folder_path"), provided, arrays
+            self._source,
+            opts.config("session.model_external_initializers_file_folder_path"),
+            provided,
+            arrays,
+            opts._external_files or None,
         )
         loaded = time.perf_counter()
         if describe:
@@ -317,6 +328,22 @@ class InferenceSession:
         if describe:
             self._describe_io(model, graph)
         return graph, loaded
+
+    def _model_metadata(self) -> dict[str, str]:
+        """The model's metadata as a provider selection delegate receives it (onnxruntime's keys;
+        an unset model_version reads as onnxruntime's int64 maximum)."""
+        header, meta = self._header, self._meta
+        version = str(header.model_version) if header.HasField("model_version") else str(2**63 - 1)
+        return {
+            **meta.custom_metadata_map,
+            "doc_string": meta.description,
+            "domain": meta.domain,
+            "graph_description": meta.graph_description,
+            "graph_name": meta.graph_name,
+            "model_version": version,
+            "producer_name": meta.producer_name,
+            "producer_version": header.producer_version,
+        }
 
     def _apply_initializer_overrides(self, model: onnx.ModelProto, arrays: dict[str, np.ndarray]) -> None:
         overrides = self._sess_options._initializers
@@ -405,7 +432,9 @@ class InferenceSession:
             provider = provider_for_session(chosen[0], chosen_opts[0])
         except ValueError as e:
             raise InvalidArgument(str(e)) from None
+        self._sess_options._check_canceled()
         graph = base if base is not None else self._load_base_graph()[0]
+        self._sess_options._check_canceled()
         nodes_before = len(graph.nodes)
         level = self._sess_options.graph_optimization_level
         self._applied_passes = optimize(graph, int(level), host_only=provider.name == "CPUExecutionProvider")
@@ -434,6 +463,7 @@ class InferenceSession:
                         f"session config '{EXTERNAL_MIN_SIZE_KEY}' must be an integer, got '{min_size}'"
                     ) from None
             save_graph(graph, opts.optimized_model_filepath, self._model_path, self._header, external)
+        self._sess_options._check_canceled()
         compiled = CompiledGraph(graph, provider, self._facts)
         with self._lock:
             self._providers = chosen
@@ -484,6 +514,96 @@ class InferenceSession:
 
     def get_output_memory_infos(self) -> list[Any]:
         unsupported.refuse("InferenceSession.get_output_memory_infos", unsupported.ALLOCATOR)
+
+    def get_input_epdevices(self) -> list[devices.OrtEpDevice]:
+        """The device each input of get_inputs() is fed on, in order: the device of the session's
+        provider (an onnxpy session keeps its graph inputs on its provider's device)."""
+        provider = self._provider
+        device = devices.device_of_provider(provider.name, provider.device_type, provider.device_id)
+        return [device] * len(self._inputs)
+
+    def get_provider_graph_assignment_info(self) -> list[devices.OrtEpAssignedSubgraph]:
+        """The nodes of the graph as this session runs it (after optimization), each with the
+        provider that runs it, one OrtEpAssignedSubgraph per node as onnxruntime's CPU provider
+        reports them: the nodes of subgraphs (If, Loop, Scan bodies) first, then the main
+        graph's. The copies onnxpy inserts between devices are left out. Needs the session
+        config entry 'session.record_ep_graph_assignment_info' set to '1', as in onnxruntime."""
+        if self._sess_options.config(RECORD_ASSIGNMENT_KEY) != "1":
+            raise Fail(
+                f"Session configuration entry '{RECORD_ASSIGNMENT_KEY}' must be set to \"1\" to retrieve EP graph "
+                "assignment information."
+            )
+        with self._lock:
+            compiled = self._compiled
+        return _assignment(compiled.graph, compiled.bound, [p.name for p in compiled.placement.providers])
+
+    def set_ep_dynamic_options(self, options: dict[str, str]) -> None:
+        """Accepted and kept, no effect: none of onnxpy's providers has options that change while
+        a session lives (onnxruntime's CPU provider also accepts any key and ignores it). An empty
+        dict is refused, as in onnxruntime."""
+        if not isinstance(options, dict):
+            raise InvalidArgumentType(
+                f"set_ep_dynamic_options takes a dict of str to str, got {type(options).__name__}"
+            )
+        if not options:
+            raise InvalidArgument("set_ep_dynamic_options: No options were provided")
+        for key, value in options.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise InvalidArgumentType(f"set_ep_dynamic_options takes a dict of str to str, got {key!r}: {value!r}")
+        with self._lock:
+            self._ep_dynamic_options.update(options)
+
+    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
+        """Drop the CUDA graphs captured for this session's IOBindings (provider option
+        enable_cuda_graph): their next run captures again. onnxpy captures under annotation id 0
+        only (it does not read the run config 'gpu_graph_id'), so other ids, and sessions
+        without captured graphs, have nothing to release, as in onnxruntime."""
+        if isinstance(graph_annotation_id, bool) or not isinstance(graph_annotation_id, (int, np.integer)):
+            raise InvalidArgumentType(
+                f"release_captured_graph: graph_annotation_id must be an int, got {graph_annotation_id!r}"
+            )
+        if graph_annotation_id != 0:
+            return
+        for binding in list(self._bindings):
+            state = binding._graph
+            if state is not None and state.captured is not None:
+                binding._graph = None
+
+    def create_ortvalue_from_shape_and_type(
+        self,
+        shape: Sequence[int],
+        element_type: Any,
+        device_type: str,
+        device_id: int = 0,
+        vendor_id: int = -1,
+    ) -> OrtValue:
+        """An uninitialized tensor of ``shape`` and ``element_type`` (a numpy type, or an ONNX
+        element type as an int) on a device this session allocates on: the CPU, or the device of
+        its provider. Numeric types only, as in onnxruntime. Unlike onnxruntime's, the value is
+        not tied to this session: its memory is numpy's or CuPy's, not the session's allocator."""
+        what = "create_ortvalue_from_shape_and_type"
+        if isinstance(vendor_id, bool) or not isinstance(vendor_id, (int, np.integer)):
+            raise InvalidArgumentType(f"{what}: vendor_id must be an int, got {vendor_id!r}")
+        if not isinstance(device_type, str):
+            raise InvalidArgumentType(f"{what}: device_type must be a string such as 'cpu', got {device_type!r}")
+        if isinstance(device_id, bool) or not isinstance(device_id, (int, np.integer)):
+            raise InvalidArgumentType(f"{what}: device_id must be an int, got {device_id!r}")
+        dt = _element_dtype(element_type)
+        if dt.hasobject:
+            raise InvalidArgument(
+                f"{what}: Creation of OrtValues is currently only supported for numeric tensor types, got "
+                f"{element_type!r}"
+            )
+        kind = device_type.lower()
+        kind = "cuda" if kind == "gpu" else kind
+        provider = self._provider
+        here = [("cpu", 0), (provider.device_type, provider.device_id)]
+        if (kind, int(device_id)) not in here:
+            raise InvalidArgument(
+                f"{what}: No session allocator found for device '{device_type}:{device_id}': this session "
+                f"({provider.name}) allocates on {sorted({f'{k}:{i}' for k, i in here})}"
+            )
+        return OrtValue.ortvalue_from_shape_and_type(shape, dt, kind, int(device_id))
 
     def disable_fallback(self) -> None:
         """Accepted for compatibility: onnxpy never silently changes provider during a run."""
@@ -638,6 +758,72 @@ class InferenceSession:
             results.append(v)
         return [OrtValue(v, provider) for v in results]
 
+    def run_with_ortvaluevector(
+        self,
+        run_options: RunOptions | None,
+        feed_names: Sequence[str],
+        feeds: Sequence[OrtValue],
+        fetch_names: Sequence[str],
+        fetches: list[OrtValue],
+        fetch_devices: Sequence[OrtDevice],
+    ) -> None:
+        """Run with inputs and outputs as parallel lists, filling ``fetches`` in place as
+        onnxruntime fills its OrtValueVector: an empty list gets one OrtValue per fetch name
+        (on the device ``fetch_devices`` gives for it); a list of one tensor OrtValue per fetch
+        name has the results written into their memory (checked for shape and type first,
+        nothing written when one does not fit).
+
+        onnxruntime takes its native OrtValueVector here; onnxpy takes Python lists (or any
+        sequence for the feeds) of its OrtValues. ``run_options`` may be None."""
+        what = "run_with_ortvaluevector"
+        feed_names, feeds = _sequence(feed_names, f"{what}: feed_names"), _sequence(feeds, f"{what}: feeds")
+        fetch_names = _sequence(fetch_names, f"{what}: fetch_names")
+        devs = _sequence(fetch_devices, f"{what}: fetch_devices")
+        if not isinstance(fetches, list):
+            raise InvalidArgumentType(
+                f"{what}: fetches must be a list (filled in place with the results), got {type(fetches).__name__}"
+            )
+        if len(feed_names) != len(feeds):
+            raise InvalidArgument(f"feed names has {len(feed_names)} elements, but feed has {len(feeds)} elements.")
+        if not fetch_names:
+            raise InvalidArgument("At least one output should be requested.")
+        if fetches and len(fetches) != len(fetch_names):
+            raise InvalidArgument(
+                f"fetch names has {len(fetch_names)} elements, but fetch has {len(fetches)} elements."
+            )
+        if len(devs) < len(fetch_names):
+            raise InvalidArgument(
+                f"{what}: fetch_devices has {len(devs)} elements, but fetch names has {len(fetch_names)}: give "
+                "one OrtDevice per fetch name"
+            )
+        for d in devs[: len(fetch_names)]:
+            if not isinstance(d, OrtDevice):
+                raise InvalidArgumentType(f"{what}: fetch_devices must hold OrtDevice instances, got {d!r}")
+        for f in fetches:
+            if not isinstance(f, OrtValue) or not f.is_tensor():
+                raise InvalidArgumentType(
+                    f"{what}: fetches must be empty or hold one tensor OrtValue per name, got {f!r}"
+                )
+        inputs: dict[str, OrtValue] = {}
+        for name, value in zip(feed_names, feeds):
+            if not isinstance(name, str):
+                raise InvalidArgumentType(f"{what}: feed names must be strings, got {name!r}")
+            inputs[name] = value
+        for name in fetch_names:
+            if not isinstance(name, str):
+                raise InvalidArgumentType(f"{what}: fetch names must be strings, got {name!r}")
+            if name not in self._value_names:
+                raise InvalidArgument(f"Invalid output name:{name}")
+        results = self.run_with_ort_values(list(fetch_names), inputs, run_options)
+        if fetches:
+            _write_into(fetches, results, list(fetch_names))
+            return
+        placed = []
+        for value, device in zip(results, devs):
+            target = provider_for_device(device.name(), device.device_id())
+            placed.append(value if _same_device(value._provider, target) else _moved(value, target))
+        fetches.extend(placed)
+
     def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
         from .iobinding import IOBinding
 
@@ -656,7 +842,9 @@ class InferenceSession:
     def io_binding(self) -> Any:
         from .iobinding import IOBinding
 
-        return IOBinding(self)
+        binding = IOBinding(self)
+        self._bindings.add(binding)
+        return binding
 
     def end_profiling(self) -> str:
         """Stop profiling and write the trace; returns its path ('' when profiling is off)."""
@@ -958,6 +1146,91 @@ def _flat(results: list[Any]) -> list[Any]:
         elif r is not None and not isinstance(r, dict):
             out.append(r)
     return out
+
+
+RECORD_ASSIGNMENT_KEY = "session.record_ep_graph_assignment_info"
+
+
+def _assignment(graph: Graph, bound: Sequence[Any], providers: Sequence[str]) -> list[devices.OrtEpAssignedSubgraph]:
+    """get_provider_graph_assignment_info of a compiled graph: the nodes of its subgraphs
+    (attributes in name order, as onnxruntime walks them) first, then its own."""
+    nested: list[devices.OrtEpAssignedSubgraph] = []
+    own: list[devices.OrtEpAssignedSubgraph] = []
+    for i, node in enumerate(graph.nodes):
+        if node.domain == FUSED_DOMAIN and node.op_type in (TO_HOST, FROM_HOST):
+            continue  # a copy placement inserted, not a node of the model
+        provider = providers[i] if i < len(providers) else providers[0]
+        keywords = getattr(getattr(bound[i], "fn", None), "keywords", None) if i < len(bound) else None
+        for key in sorted(node.attrs):
+            value = node.attrs[key]
+            subgraphs = [value] if isinstance(value, Graph) else value if isinstance(value, list) else []
+            subgraphs = [g for g in subgraphs if isinstance(g, Graph)]
+            if not subgraphs:
+                continue
+            compiled = keywords.get(key) if isinstance(keywords, dict) else None
+            compiled_list = compiled if isinstance(compiled, list) else [compiled]
+            for g, sub in zip(subgraphs, compiled_list + [None] * len(subgraphs)):
+                inner = getattr(sub, "compiled", None)
+                if isinstance(inner, CompiledGraph):
+                    names = [p.name for p in inner.placement.providers]
+                    nested.extend(_assignment(inner.graph, inner.bound, names))
+                else:  # not compiled apart: its nodes run where the node runs
+                    nested.extend(_assignment(g, [], [provider]))
+        node_info = devices.OrtEpAssignedNode(node.name, node.domain, node.op_type)
+        own.append(devices.OrtEpAssignedSubgraph(provider, [node_info]))
+    return nested + own
+
+
+def _sequence(items: Any, what: str) -> list[Any]:
+    if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):
+        raise InvalidArgumentType(f"{what} must be a list, got {type(items).__name__}")
+    return list(items)
+
+
+def _same_device(a: Provider, b: Provider) -> bool:
+    return a is b or (a.device_type, a.device_id) == (b.device_type, b.device_id)
+
+
+def _moved(value: OrtValue, target: Provider) -> OrtValue:
+    """``value`` on ``target``'s device (a fetch_devices entry other than the session's)."""
+    src = value._provider
+    v = value._value
+    if v is None:
+        return OrtValue(None, target)
+    if isinstance(v, list):
+        return OrtValue([target.from_host(src.to_host(x)) for x in v], target)
+    host = src.to_host(v)
+    return OrtValue(host if target.device_type == "cpu" else target.from_host(host), target)
+
+
+def _write_into(fetches: list[OrtValue], results: list[OrtValue], names: list[str]) -> None:
+    """Write each result into the preallocated fetch of its name: every one is checked before
+    the first is written, so a mismatch leaves them all as they were."""
+    for name, target, result in zip(names, fetches, results):
+        if not result.is_tensor():
+            raise InvalidArgument(
+                f"output '{name}' is {result.data_type()}: it cannot be written into a tensor OrtValue"
+            )
+        got, want = target._value, result._value
+        if got.dtype != want.dtype:
+            raise InvalidArgument(
+                f"Unexpected output data type for output '{name}'. Actual: ({_type_string(got.dtype)}), expected: "
+                f"({_type_string(want.dtype)})"
+            )
+        if got.ndim != want.ndim:
+            raise InvalidArgument(
+                f"Invalid rank for output: {name} Got: {got.ndim} Expected: {want.ndim}. Please fix either the "
+                "inputs/outputs or the model."
+            )
+        if tuple(got.shape) != tuple(want.shape):
+            raise InvalidArgument(
+                f"Got invalid dimensions for output: {name}: got shape {list(got.shape)}, expected "
+                f"{list(want.shape)}. Please fix either the inputs/outputs or the model."
+            )
+        if not target._provider.writeable(got):
+            raise InvalidArgument(f"the OrtValue given for output '{name}' is read-only")
+    for target, result in zip(fetches, results):
+        target.update_inplace(result)
 
 
 def _check_run_options(run_options: Any) -> None:

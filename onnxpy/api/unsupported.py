@@ -21,7 +21,7 @@ ALLOCATOR = (
     "onnxpy has no native allocators to configure or choose: host memory is numpy's, CUDA memory CuPy's memory pool"
 )
 PACKAGE = "onnxpy does not read or write onnxruntime model packages; give InferenceSession the .onnx model"
-EP_INTROSPECTION = "onnxpy has no plugin execution providers whose node assignment or EP context could be inspected"
+EP_INTROSPECTION = "onnxpy has no compiling execution providers whose EP context data could be read or written"
 EXTERNAL_INFO = "onnxpy reports no external-initializer locations; use SessionOptions.add_external_initializers"
 
 
@@ -76,8 +76,6 @@ _CLASSES = {
     "ModelPackageContext": PACKAGE,
     "ModelPackageOptions": PACKAGE,
     "ModelPackageWriteMode": PACKAGE,
-    "OrtEpAssignedNode": EP_INTROSPECTION,
-    "OrtEpAssignedSubgraph": EP_INTROSPECTION,
     "OrtEpContextData": EP_INTROSPECTION,
     "OrtEpContextDataBuffer": EP_INTROSPECTION,
     "OrtExternalInitializerInfo": EXTERNAL_INFO,

@@ -30,6 +30,8 @@ from .. import (
     set_seed,
 )
 from ..api.devices import (
+    OrtEpAssignedNode,
+    OrtEpAssignedSubgraph,
     OrtEpDevice,
     OrtExecutionProviderDevicePolicy,
     OrtHardwareDevice,
@@ -80,6 +82,8 @@ __all__ = [
     "NodeArg",
     "RunOptions",
     "SessionOptions",
+    "OrtEpAssignedNode",
+    "OrtEpAssignedSubgraph",
     "OrtEpDevice",
     "OrtExecutionProviderDevicePolicy",
     "OrtHardwareDevice",

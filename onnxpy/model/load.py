@@ -48,13 +48,16 @@ def load_model(
     external_data_dir: str | os.PathLike | None = None,
     provided: dict[str, Any] | None = None,
     arrays: dict[str, np.ndarray] | None = None,
+    files: dict[str, memoryview] | None = None,
 ) -> tuple[ModelProto, Path | None]:
     """Return (model, folder) where folder is where its external data may live (None for bytes).
 
     ``provided``: host arrays by initializer name (``SessionOptions.add_external_initializers``)
     that take the place of those main-graph initializers' external data, which is then not read.
     ``arrays``: where large main-graph initializers stored externally are read straight into
-    (see ``resolve_external_data``)."""
+    (see ``resolve_external_data``). ``files``: the contents of external data files by location
+    (``SessionOptions.add_external_initializers_from_files_in_memory``): main-graph initializers
+    are then read from there, not from disk."""
     roots: list[Path] = []  # real folders external data may resolve into
     if isinstance(source, ModelProto):
         check_nesting(source)  # before copying: a copy of an absurdly deep message recurses in C
@@ -102,6 +105,8 @@ def load_model(
     check_strings(model)
     if provided:
         _provide_external(model, provided)
+    if files:
+        _read_from_files(model, files, arrays)
     resolve_external_data(model, folder, roots, arrays)
     return model, folder
 
@@ -128,6 +133,50 @@ def _provide_external(model: ModelProto, provided: dict[str, Any]) -> None:
                 f"model's initializer is {dtypes.tensor_type_string(t.data_type)} {list(t.dims)}"
             )
         t.CopyFrom(onnx.numpy_helper.from_array(arr, name))
+
+
+def _read_from_files(model: ModelProto, files: dict[str, memoryview], arrays: dict[str, np.ndarray] | None) -> None:
+    """Fill main-graph initializers stored externally from in-memory file contents (``files``:
+    normalized location -> bytes), as onnxruntime does: each such initializer's location must
+    be one of them, and its offset and length must lie inside it."""
+    for t in model.graph.initializer:
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        data = files.get(os.path.normpath(location.replace("\\", "/")).replace("\\", "/"))
+        if data is None:
+            raise Fail(
+                f"tensor '{t.name}': external data file '{location}' is not among the files given in memory "
+                f"({sorted(files)})"
+            )
+        try:
+            offset = int(info.get("offset", "0") or 0)
+            length = int(info["length"]) if info.get("length") else None
+        except ValueError:
+            raise Fail(f"tensor '{t.name}': external data offset/length are not integers: {info}") from None
+        needed = expected_nbytes(t)
+        if length is None:
+            length = len(data) - offset if needed is None else needed
+        if offset < 0 or length < 0 or offset + length > len(data):
+            raise Fail(
+                f"tensor '{t.name}': external data [{offset}, {offset + length}) is outside '{location}' given in "
+                f"memory ({len(data)} bytes)"
+            )
+        if needed is not None and needed != length:
+            raise Fail(
+                f"tensor '{t.name}': external data holds {length} bytes but shape {list(t.dims)} of "
+                f"{dtypes.tensor_type_string(t.data_type)} needs {needed}"
+            )
+        dt = _direct_dtype(t) if arrays is not None and np.little_endian else None
+        if dt is not None:
+            assert arrays is not None
+            chunk = np.frombuffer(data, dtype=np.uint8, count=length, offset=offset)
+            arrays[t.name] = chunk.view(dt).reshape(tuple(int(d) for d in t.dims)).copy()
+        else:
+            t.raw_data = bytes(data[offset : offset + length])
+        t.data_location = TensorProto.DEFAULT
+        del t.external_data[:]
 
 
 def _parse(data: bytes, what: str) -> ModelProto:
