@@ -36,7 +36,7 @@ from ..providers import (
     provider_for_session,
 )
 from ..runtime import logs
-from ..runtime.compile import apply_free_dimension_overrides, build_graph
+from ..runtime.compile import apply_free_dimension_overrides, build_graph, prestart_shape_inference
 from ..runtime.compiled import CompiledGraph
 from ..runtime.executor import execute
 from ..runtime.facts import SessionFacts
@@ -241,6 +241,7 @@ class InferenceSession:
         # The source is kept (a path, the caller's bytes or ModelProto: no copy) so the
         # unoptimized graph can be rebuilt on demand instead of holding a second set of weights.
         self._source = path_or_bytes
+        prestart_shape_inference()  # the first session of a process: its start overlaps loading
         base, loaded = self._load_base_graph(describe=True)
         opts._check_canceled()
         self._value_names = frozenset(base.defined_names())
