@@ -74,6 +74,9 @@ class ModelMetadata:
     custom_metadata_map: dict[str, str]
 
 
+_UNSET_MODEL_VERSION = 2**63 - 1
+
+
 def _schema_typed_output(model: onnx.ModelProto, vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
     """An output neither declared nor inferred (ai.onnx.ml operators have no type inference)
     typed by its producer's schema where that names one type (Scaler's Y is tensor(float)), as
@@ -264,7 +267,7 @@ class InferenceSession:
                     "Specified 'providers'/'provider_options' when creating InferenceSession but SessionOptions has "
                     "already been configured with providers. InferenceSession will only use the providers passed "
                     "to InferenceSession().",
-                    RuntimeWarning,
+                    UserWarning,  # as onnxruntime warns
                     stacklevel=3,
                 )
             else:  # the devices, policy or policy delegate of the options choose
@@ -320,7 +323,8 @@ class InferenceSession:
                 domain=model.domain,
                 description=model.doc_string,
                 graph_description=model.graph.doc_string,
-                version=int(model.model_version),
+                # onnxruntime reads a model_version the model does not set as int64's maximum
+                version=int(model.model_version) if model.HasField("model_version") else _UNSET_MODEL_VERSION,
                 custom_metadata_map={p.key: p.value for p in model.metadata_props},
             )
         self._apply_initializer_overrides(model, arrays)
@@ -334,7 +338,7 @@ class InferenceSession:
         """The model's metadata as a provider selection delegate receives it (onnxruntime's keys;
         an unset model_version reads as onnxruntime's int64 maximum)."""
         header, meta = self._header, self._meta
-        version = str(header.model_version) if header.HasField("model_version") else str(2**63 - 1)
+        version = str(meta.version)
         return {
             **meta.custom_metadata_map,
             "doc_string": meta.description,
@@ -419,7 +423,7 @@ class InferenceSession:
                 warnings.warn(
                     f"Specified provider '{name}' is not in available provider names. Available providers: "
                     f"'{', '.join(available)}'. Falling back to the next provider.",
-                    RuntimeWarning,
+                    UserWarning,  # as onnxruntime warns
                     stacklevel=3,
                 )
                 continue

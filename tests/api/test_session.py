@@ -138,7 +138,7 @@ def test_providers_and_options(model: onnx.ModelProto) -> None:
     assert sess.run(["z"], _feeds())[0].shape == (2, 3)
     # onnxruntime's own providers onnxpy lacks are skipped with its warning, so the usual list
     # written for onnxruntime works here.
-    with pytest.warns(RuntimeWarning, match="TensorrtExecutionProvider"):
+    with pytest.warns(UserWarning, match="TensorrtExecutionProvider"):
         listed = onnxpy.InferenceSession(model, providers=["TensorrtExecutionProvider", "CPUExecutionProvider"])
     assert listed.get_providers() == ["CPUExecutionProvider"]
     with pytest.warns(RuntimeWarning, match="disabled_optimizers"):
@@ -170,7 +170,7 @@ def test_free_dimension_override_by_denotation(model: onnx.ModelProto) -> None:
     reason="this machine has CUDA: the fallback path does not apply",
 )
 def test_unavailable_provider_warns_and_falls_back(model: onnx.ModelProto) -> None:
-    with pytest.warns(RuntimeWarning, match="CUDAExecutionProvider"):
+    with pytest.warns(UserWarning, match="CUDAExecutionProvider"):
         sess = onnxpy.InferenceSession(model, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
     assert sess.get_providers() == ["CPUExecutionProvider"]
 
@@ -625,3 +625,18 @@ def test_the_external_weights_file_must_be_a_name_beside_the_model(tmp_path: Pat
     with pytest.raises(onnxpy.InvalidArgument, match="optimized_model_external_initializers_file_name"):
         onnxpy.InferenceSession(_weighty_model().SerializeToString(), so)
     assert not (tmp_path / "opt.onnx").exists()
+
+
+@pytest.mark.parametrize("version", [None, 0, 7])
+def test_modelmeta_version_unset_reads_as_onnxruntime_reads_it(version: int | None) -> None:
+    m = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [vinfo("x", TensorProto.FLOAT, [2])],
+        [vinfo("y", TensorProto.FLOAT, [2])],
+    )
+    m.ClearField("model_version")
+    if version is not None:
+        m.model_version = version
+    ref = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).get_modelmeta()
+    assert onnxpy.InferenceSession(m).get_modelmeta().version == ref.version
+    assert ref.version == (2**63 - 1 if version is None else version)

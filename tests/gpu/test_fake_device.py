@@ -484,7 +484,7 @@ def test_cuda_requested_without_a_gpu_falls_back_to_the_cpu() -> None:
     if "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip("this machine has CUDA: the fallback path does not apply")
     model = _add_relu()
-    with pytest.warns(RuntimeWarning, match="CUDAExecutionProvider"):
+    with pytest.warns(UserWarning, match="CUDAExecutionProvider"):
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
     assert sess.get_providers() == ["CPUExecutionProvider"]
     x = np.ones((2, 3), np.float32)
