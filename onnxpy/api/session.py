@@ -1116,6 +1116,8 @@ class InferenceSession:
         arr = self._provider.to_host(value)
         if not isinstance(arr, np.ndarray):
             return np.asarray(arr)
+        if arr.dtype.kind in "US":
+            return arr.astype(object)  # string tensors are object arrays, as onnxruntime returns them
         if not arr.flags.c_contiguous:
             # A view in another layout (a transpose, a channels-last kernel result): callers of
             # onnxruntime get C-contiguous arrays, and this copy is one they own.

@@ -276,7 +276,9 @@ def _onehot(xp: Any, indices: Any, depth: Any, values: Any, axis: int, negative:
     hot_shape[axis] = depth_n
     positions = xp.arange(depth_n, dtype=np.int64).reshape(hot_shape)
     hit = xp.expand_dims(idx, axis) == positions
-    return xp.where(hit, vals[1], vals[0])
+    # The values as 1-element arrays, not scalars: where() would turn string scalars into a
+    # fixed-width unicode array, and string tensors are object arrays everywhere else.
+    return xp.where(hit, vals[1:2], vals[0:1])
 
 
 @op("OneHot", 9, host_inputs=(1,))

@@ -266,6 +266,17 @@ def test_onehot_string_values() -> None:
         opset=11,
     )[0]
     assert got.tolist() == [["off", "on"], ["on", "off"]]
+    assert got.dtype == object  # as every string tensor (it was a fixed-width unicode array)
+    vs_ort(
+        "OneHot",
+        {
+            "i": np.array([[0, 2], [1, -1]], np.int64),
+            "d": np.array(3, np.int64),
+            "v": np.array(["a", "bc"], dtype=object),
+        },
+        {"y": STR},
+        opset=11,
+    )
 
 
 @pytest.mark.parametrize(
