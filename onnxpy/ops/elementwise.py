@@ -3,6 +3,7 @@ activations, variadic Sum/Mean/Max/Min, Where and Clip."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ml_dtypes
@@ -288,7 +289,31 @@ def gelu(xp: Any, x: Any, *, approximate: str = "none") -> Any:
 @op("Shrink", 9)
 def shrink(xp: Any, x: Any, *, bias: float = 0.0, lambd: float = 0.5) -> Any:
     t = x.dtype.type
+    if x.dtype.kind in "iu":
+        return _shrink_integers(xp, x, bias, lambd)
     return xp.where(x < -lambd, x + t(bias), xp.where(x > lambd, x - t(bias), t(0))).astype(x.dtype, copy=False)
+
+
+def _shrink_integers(xp: Any, x: Any, bias: float, lambd: float) -> Any:
+    """Shrink of integers: x -+ bias truncated toward zero, as onnxruntime gives it (it
+    computes in float32 and casts back), but exact for every value. With bias = b + f (b an
+    integer, 0 <= f < 1), trunc(x - bias) is x - b, less 1 where f > 0 and x - b > 0;
+    trunc(x + bias) is x + b, plus 1 where f > 0 and x + b < 0."""
+    info = np.iinfo(x.dtype)
+    b = math.floor(bias)
+    f = bias - b
+    if not info.min <= b <= info.max:  # |bias| beyond the type: computed in float64
+        v = x.astype(np.float64)
+        y = xp.where(v < -lambd, v + bias, xp.where(v > lambd, v - bias, 0.0))
+        return xp.trunc(y).astype(x.dtype)
+    t = x.dtype.type
+    with np.errstate(over="ignore"):
+        down = x - t(b)  # x - bias before truncation's correction (wraps as integers do)
+        up = x + t(b)
+        if f > 0:
+            down -= (down > 0).astype(x.dtype)
+            up += (up < 0).astype(x.dtype)
+    return xp.where(x < -lambd, up, xp.where(x > lambd, down, t(0))).astype(x.dtype, copy=False)
 
 
 @op("PRelu", 7)

@@ -352,3 +352,23 @@ def test_constant_folding_is_silent_about_ieee_results(op: str, consts: list[lis
     (theirs,) = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_array_equal(got, np.array(want, np.float32))
     np.testing.assert_array_equal(got, theirs)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+@pytest.mark.parametrize(("lambd", "bias"), [(1.5, 0.5), (0.5, 0.0), (2.0, 1.25), (0.0, 2.75), (3.0, -0.5)])
+def test_shrink_integers_truncate_as_onnxruntime(dtype: Any, lambd: float, bias: float) -> None:
+    # x -+ bias truncated toward zero (onnxpy cast bias to the integer type first: 0.5 -> 0)
+    x = np.arange(-9, 10).astype(dtype)
+    model = node_model("Shrink", {"x": x}, 1, 9, lambd=lambd, bias=bias)
+    want = run_ort(model, {"x": x})
+    if want is None:
+        pytest.skip(f"onnxruntime has no Shrink kernel for {np.dtype(dtype)}")
+    assert_same(run_ours(model, {"x": x})[0], want[0])
+
+
+def test_shrink_large_integers_stay_exact() -> None:
+    # onnxruntime computes integer Shrink in float32 (1933755900354450006 -> ...4904868483072)
+    x = np.array([1933755900354450006, -1933755900354450007, 123456789, 0], np.int64)
+    model = node_model("Shrink", {"x": x}, 1, 9, lambd=0.5, bias=0.5)
+    got = run_ours(model, {"x": x})[0]
+    assert got.tolist() == [1933755900354450005, -1933755900354450006, 123456788, 0]
