@@ -54,6 +54,25 @@ def derived(sources: tuple[Any, ...], tag: tuple[Any, ...], build: Callable[[], 
     return value
 
 
+def in_dtype(v: Any, dtype: Any) -> Any:
+    """``v`` in ``dtype``: itself when it already is; for a constant, one converted copy kept
+    read-only for the session's life, so kernels that derive forms of their weights (Winograd,
+    packed columns) find the same array every run and derive them once. A float16 model's
+    convolutions converted their weights to float32 and derived them again on every call."""
+    if v.dtype == dtype:
+        return v
+
+    def build() -> Any:
+        converted = v.astype(dtype)
+        if hasattr(converted, "flags"):
+            converted.flags.writeable = False
+        return converted
+
+    if getattr(getattr(v, "flags", None), "writeable", True):
+        return v.astype(dtype)  # a value computed or fed at run time: converted afresh
+    return derived((v,), ("in-dtype", str(dtype)), build)
+
+
 def cached_values() -> list[Any]:
     """Every derived array cached now (for tests and memory accounting)."""
     return [v for _, v in _CACHE.values()]

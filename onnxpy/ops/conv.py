@@ -15,7 +15,7 @@ from . import _winograd_cl as winograd_cl
 from ._blas import gemm_accumulate, stacked_matmul
 from ._compat import check_alloc
 from ._depthwise import depthwise_channels_last, tiled_rows
-from ._derived import derived
+from ._derived import derived, in_dtype
 from ._layout import is_channels_last, nchw_copy
 from ._scratch import scratch
 from ._spatial import geometry, pad_input, strided_view, window_slices, windows_view
@@ -99,8 +99,8 @@ def conv_nd(
         ctx, key, lambda: _checked_geometry(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, ctx)
     )
     x = x.astype(cdt, copy=False)
-    w = w.astype(cdt, copy=False)
-    bias = None if b is None else b.astype(cdt, copy=False)
+    w = in_dtype(w, cdt)
+    bias = None if b is None else in_dtype(b, cdt)
     begin, _, out, k, strides, dilations, group = geo[:7]
     m = w.shape[0]
     if accumulate:

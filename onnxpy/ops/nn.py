@@ -15,6 +15,7 @@ import numpy as np
 from ..model import dtypes
 from ._blas import stacked_matmul
 from ._compat import host_ints, host_scalar, normalize_axis, require_rank
+from ._derived import in_dtype
 from .registry import op
 
 
@@ -41,7 +42,7 @@ def matmul(xp: Any, a: Any, b: Any) -> Any:
         return stacked_matmul(xp, a, b)
     # float16 / bfloat16: no BLAS path in numpy (and ml_dtypes returns float32); accumulate in
     # float32 and round once.
-    return xp.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+    return xp.matmul(in_dtype(a, np.dtype(np.float32)), in_dtype(b, np.dtype(np.float32))).astype(a.dtype)
 
 
 @op("Gemm", 7)
@@ -58,17 +59,18 @@ def gemm(
 ) -> Any:
     if a.ndim != 2 or b.ndim != 2:
         raise ValueError(f"Gemm needs 2-D A and B, got shapes {list(a.shape)} and {list(b.shape)}")
+    dt = a.dtype
+    narrow = dt.kind == "f" and dt.itemsize < 4 or dt.kind not in "fiub"
+    if narrow:  # float16 / bfloat16 accumulate in float32, like MatMul (constants converted once)
+        f32 = np.dtype(np.float32)
+        a, b = in_dtype(a, f32), in_dtype(b, f32)
+        c = None if c is None else in_dtype(c, f32)
     if transA:
         a = a.T
     if transB:
         b = b.T
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"Gemm: A' {list(a.shape)} and B' {list(b.shape)} (after transA/transB) do not chain")
-    dt = a.dtype
-    narrow = dt.kind == "f" and dt.itemsize < 4 or dt.kind not in "fiub"
-    if narrow:  # float16 / bfloat16 accumulate in float32, like MatMul
-        a, b = a.astype(np.float32), b.astype(np.float32)
-        c = None if c is None else c.astype(np.float32)
     y = xp.matmul(a, b)
     t = y.dtype.type
     if alpha != 1.0:

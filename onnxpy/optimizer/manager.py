@@ -26,6 +26,7 @@ from .passes import (
     fuse_fake_quant,
     fuse_patterns,
     fuse_pointwise_depthwise,
+    half_in_float,
     memoize_shapes,
     merge_sibling_pointwise,
     pack_matmuls,
@@ -65,6 +66,10 @@ FINAL_HOST: list[Pass] = [
     channels_last_output.run,
 ]
 
+# Run once first (any level but disabled, host sessions): float16/bfloat16 computed in float32,
+# as onnxruntime's CPU provider computes them, so the other passes see float32 graphs.
+FIRST_HOST: list[Pass] = [half_in_float.run]
+
 MAX_ROUNDS = 16
 
 
@@ -84,6 +89,11 @@ def optimize(graph: Graph, level: int, host_only: bool = False) -> list[str]:
     it. ``host_only``: the session runs every node on the CPU (enables FINAL_HOST)."""
     passes = passes_for_level(int(level))
     applied: list[str] = []
+    if int(level) >= 1 and host_only:
+        for p in FIRST_HOST:
+            if p(graph):
+                applied.append(p.__module__.rsplit(".", 1)[-1])
+                topological_sort(graph)
     for _ in range(MAX_ROUNDS):
         changed = False
         for p in passes:

@@ -1,0 +1,149 @@
+"""optimizer/passes/half_in_float.py: float16 and bfloat16 graphs compute in float32 between
+their boundaries, round once where a value leaves them, and keep the model's own Casts."""
+
+from __future__ import annotations
+
+import collections
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxpy
+from onnxpy.optimizer.manager import optimize
+from onnxpy.runtime.compile import build_graph
+from tests.helpers import make_model, vinfo
+
+H, F = TensorProto.FLOAT16, TensorProto.FLOAT
+RNG = np.random.default_rng(11)
+
+
+def _chain(elem: int, *, explicit_cast: bool = False, fetch_middle: bool = False) -> onnx.ModelProto:
+    """Conv -> Relu -> Conv -> Sigmoid * (the second conv) -> Add residual, in ``elem``; with
+    ``explicit_cast`` the model itself rounds the first ReLU's output to float16 and back."""
+    dt = {H: np.float16, F: np.float32, TensorProto.BFLOAT16: ml_dtypes.bfloat16}[elem]
+    w1 = (RNG.standard_normal((8, 4, 3, 3)) * 0.4).astype(np.float32)
+    w2 = (RNG.standard_normal((4, 8, 3, 3)) * 0.4).astype(np.float32)
+    b2 = RNG.standard_normal(4).astype(np.float32)
+    relu_out = "r"
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r"]),
+    ]
+    if explicit_cast:
+        nodes += [
+            helper.make_node("Cast", ["r"], ["r16"], to=H),
+            helper.make_node("Cast", ["r16"], ["r_back"], to=elem),
+        ]
+        relu_out = "r_back"
+    nodes += [
+        helper.make_node("Conv", [relu_out, "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c2"], ["s"]),
+        helper.make_node("Mul", ["s", "c2"], ["m"]),
+        helper.make_node("Add", ["m", "x"], ["y"]),
+    ]
+    outputs = [vinfo("y", elem, [1, 4, 10, 10])]
+    if fetch_middle:
+        outputs.append(vinfo("c2", elem, [1, 4, 10, 10]))
+    return make_model(
+        nodes,
+        [vinfo("x", elem, [1, 4, 10, 10])],
+        outputs,
+        initializers={"w1": w1.astype(dt), "w2": w2.astype(dt), "b2": b2.astype(dt)},
+    )
+
+
+def _float_twin(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same model in float32, with the half weights' exact float32 values."""
+    twin = onnx.ModelProto()
+    twin.CopyFrom(model)
+    g = twin.graph
+    for i, t in enumerate(g.initializer):
+        arr = onnx.numpy_helper.to_array(t)
+        g.initializer[i].CopyFrom(onnx.numpy_helper.from_array(arr.astype(np.float32), t.name))
+    for vi in (*g.input, *g.output):
+        vi.type.tensor_type.elem_type = F
+    for n in g.node:
+        for a in n.attribute:
+            if a.name == "to" and a.i in (H, TensorProto.BFLOAT16) and n.output[0] != "r16":
+                a.i = F
+    return twin
+
+
+@pytest.mark.parametrize("elem", [H, TensorProto.BFLOAT16])
+def test_half_graph_equals_float32_rounded_once(elem: int) -> None:
+    model = _chain(elem)
+    dt = np.float16 if elem == H else ml_dtypes.bfloat16
+    x = RNG.standard_normal((1, 4, 10, 10)).astype(dt)
+    (got,) = onnxpy.InferenceSession(model).run(None, {"x": x})
+    (want,) = onnxpy.InferenceSession(_float_twin(model)).run(None, {"x": x.astype(np.float32)})
+    assert got.dtype == dt
+    np.testing.assert_array_equal(got, want.astype(dt))
+    # Unoptimized, every node rounds to the half type: different bits, the same to its precision.
+    plain_opts = onnxpy.SessionOptions()
+    plain_opts.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    (plain,) = onnxpy.InferenceSession(model, plain_opts).run(None, {"x": x})
+    assert not np.array_equal(plain, got)
+    np.testing.assert_allclose(plain.astype(np.float32), got.astype(np.float32), rtol=0.05, atol=0.05)
+
+
+def test_boundaries_and_fusions() -> None:
+    model = _chain(H)
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    casts = [n for n in graph.nodes if n.op_type == "Cast"]
+    # one Cast in (x, read by the first conv and the residual), one out (y); between them the
+    # graph the float32 model optimizes to, fusions included
+    assert sorted(int(n.attrs["to"]) for n in casts) == [F, H]
+    twin = build_graph(_float_twin(model))
+    optimize(twin, 99, host_only=True)
+    ops = collections.Counter(n.op_type for n in graph.nodes if n.op_type != "Cast")
+    assert ops == collections.Counter(n.op_type for n in twin.nodes) and ops["FusedConv"] == 1
+    assert all(graph.elem_type(w) == F for n in graph.nodes if n.op_type != "Cast" for w in n.inputs if w)
+
+
+def test_model_cast_keeps_its_rounding_and_fetched_values_keep_their_type() -> None:
+    model = _chain(H, explicit_cast=True, fetch_middle=True)
+    x = RNG.standard_normal((1, 4, 10, 10)).astype(np.float16)
+    y, c2 = onnxpy.InferenceSession(model).run(None, {"x": x})
+    assert y.dtype == c2.dtype == np.float16
+    twin = _float_twin(model)  # keeps the Cast to float16 (r16): the rounding the model asks for
+    want_y, want_c2 = onnxpy.InferenceSession(twin).run(None, {"x": x.astype(np.float32)})
+    np.testing.assert_array_equal(y, want_y.astype(np.float16))
+    np.testing.assert_array_equal(c2, want_c2.astype(np.float16))
+
+
+def test_disabled_level_and_clip_without_bounds_are_left_alone() -> None:
+    model = make_model(
+        [helper.make_node("Clip", ["x", "lo"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+        [vinfo("x", H, [4])],
+        [vinfo("y", H, [4])],
+        initializers={"lo": np.array(-1.0, np.float16)},
+    )
+    graph = build_graph(model)
+    assert optimize(graph, 0, host_only=True) == []
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    clip = next(n for n in graph.nodes if n.op_type == "Clip")
+    assert graph.elem_type(clip.outputs[0]) == H  # its omitted max is float16's 65504, not float32's
+    x = np.array([np.inf, -5, 2, 60000], np.float16)
+    (got,) = onnxpy.InferenceSession(model).run(None, {"x": x})
+    assert got.tolist() == [65504.0, 0.0, 2.0, 60000.0]
+
+
+def test_gpu_sessions_keep_half_precision() -> None:
+    graph = build_graph(_chain(H))
+    optimize(graph, 99, host_only=False)
+    assert not any(n.op_type == "Cast" for n in graph.nodes)
+
+
+def test_close_to_onnxruntime_on_a_half_model() -> None:
+    model = _chain(H)
+    x = RNG.standard_normal((1, 4, 10, 10)).astype(np.float16)
+    (got,) = onnxpy.InferenceSession(model).run(None, {"x": x})
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    scale = float(np.abs(want.astype(np.float32)).max())
+    assert np.abs(got.astype(np.float32) - want.astype(np.float32)).max() <= 2e-3 * scale
