@@ -63,3 +63,18 @@ def test_all_sources_must_be_read_only() -> None:
     for _ in range(2):
         _derived.derived((w, b), ("pair",), _counting_build(calls, w))
     assert len(calls) == 2
+
+
+def test_in_dtype_converts_a_constant_once_and_a_writable_value_every_time() -> None:
+    from onnxpy.ops._derived import in_dtype
+
+    w = np.arange(6, dtype=np.float16).reshape(2, 3)
+    w.flags.writeable = False
+    first = in_dtype(w, np.dtype(np.float32))
+    assert first.dtype == np.float32 and not first.flags.writeable
+    assert in_dtype(w, np.dtype(np.float32)) is first  # kernels' own caches key on this identity
+    np.testing.assert_array_equal(first, w.astype(np.float32))
+    fed = np.arange(6, dtype=np.float16)
+    a, b = in_dtype(fed, np.dtype(np.float32)), in_dtype(fed, np.dtype(np.float32))
+    assert a is not b and a.flags.writeable
+    assert in_dtype(first, np.dtype(np.float32)) is first
