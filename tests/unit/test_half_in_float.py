@@ -147,3 +147,20 @@ def test_close_to_onnxruntime_on_a_half_model() -> None:
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     scale = float(np.abs(want.astype(np.float32)).max())
     assert np.abs(got.astype(np.float32) - want.astype(np.float32)).max() <= 2e-3 * scale
+
+
+def test_shape_of_a_half_input_reads_it_without_a_conversion() -> None:
+    model = make_model(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Relu", ["s2"], ["y"])],
+        [vinfo("x", H, ["n", 3]), vinfo("s2", H, [2])],
+        [vinfo("s", TensorProto.INT64, [2]), vinfo("y", H, [2])],
+    )
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    shape = next(n for n in graph.nodes if n.op_type == "Shape")
+    assert shape.inputs == ["x"]
+    assert [n.inputs for n in graph.nodes if n.op_type == "Cast"] == [["s2"], ["y_as_float"]]
+    s, y = onnxpy.InferenceSession(model).run(
+        None, {"x": np.ones((2, 3), np.float16), "s2": np.array([-1, 2], np.float16)}
+    )
+    assert s.tolist() == [2, 3] and y.tolist() == [0.0, 2.0] and y.dtype == np.float16

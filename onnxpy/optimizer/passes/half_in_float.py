@@ -60,6 +60,7 @@ CONVERTIBLE = frozenset(
 )  # fmt: skip
 
 _SUFFIX = "_as_float"
+_SHAPE_ONLY = frozenset({"Shape", "Size"})
 
 
 def _half(graph: Graph, name: str) -> bool:
@@ -143,6 +144,8 @@ def run(graph: Graph) -> bool:
         for i, name in enumerate(node.inputs):
             if not name or not _half(graph, name):
                 continue
+            if node.op_type in _SHAPE_ONLY and name not in as_float:
+                continue  # reads the shape alone: no conversion for it
             if name not in as_float:
                 f = as_float[name] = fresh(name)
                 graph.types[f] = _float_type(graph, name)
