@@ -4,6 +4,7 @@
     python benchmarks/bench.py --models resnet mlp --repeat 20
     python benchmarks/bench.py --random-weights    # light models with random weights
     python benchmarks/bench.py --quantized --no-light --batches 1   # the shared models quantized
+    python benchmarks/bench.py --half --no-light --batches 1        # the shared models in float16
 
 What it measures, for each model:
 
@@ -25,7 +26,8 @@ replaces each by a random initializer of the same shape), the models in ``../sha
 With ``--quantized``, also the shared models as onnxruntime's quantizer writes them
 (``quantized.py``), outside issue 5's figures. onnxruntime runs them with integer kernels that
 round a little differently from the float graph the model describes, so their outputs differ
-by a quantization step or two and the relative-difference warning leaves them out.
+by a quantization step or two and the relative-difference warning leaves them out. With
+``--half``, also the shared models in float16 (``half.py``), reported apart the same way.
 
 Batch 1 and 8. Batch 8 runs only where the model's batch axis is free: the light models (and
 squeezenet1_1) were exported with a fixed batch of 1, which the table says.
@@ -84,7 +86,7 @@ TARGET_MEMORY = 1.5
 @dataclass
 class ModelEntry:
     name: str
-    kind: str  # "light", "shared", "quantized" or "mlp"
+    kind: str  # "light", "shared", "quantized", "half" or "mlp"
     path: str
     note: str = ""
 
@@ -186,6 +188,11 @@ def collect_models(args: argparse.Namespace, workdir: str) -> tuple[list[ModelEn
             from quantized import quantized_models  # benchmarks/quantized.py
 
             entries += [ModelEntry(name, "quantized", q) for name, q in quantized_models(shared, workdir, args.seed)]
+        if args.half and shared:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from half import half_models  # benchmarks/half.py
+
+            entries += [ModelEntry(name, "half", h) for name, h in half_models(shared, workdir)]
     p = os.path.join(workdir, "tiny_mlp.onnx")
     onnx.save(tiny_mlp(seed=args.seed), p)
     entries.append(ModelEntry("tiny_mlp", "mlp", p))
@@ -460,12 +467,13 @@ def report(results: list[Result], memory: bool) -> str:
             if batch == 1:
                 line += f" (issue 5 targets: geomean <= {TARGET_GEOMEAN}, none above {TARGET_WORST})"
             lines.append(line)
-        quantized = [r for r in results if r.batch == batch and r.status == "ok" and r.kind == "quantized"]
-        if quantized:
-            lines.append(
-                f"batch {batch}: quantized models (outside issue 5's figures): geometric mean "
-                f"{geomean([r.ratio for r in quantized]):.2f}x over {len(quantized)}"
-            )
+        for kind, what in (("quantized", "quantized"), ("half", "float16")):
+            apart = [r for r in results if r.batch == batch and r.status == "ok" and r.kind == kind]
+            if apart:
+                lines.append(
+                    f"batch {batch}: {what} models (outside issue 5's figures): geometric mean "
+                    f"{geomean([r.ratio for r in apart]):.2f}x over {len(apart)}"
+                )
     mlp = [r for r in results if r.kind == "mlp" and r.status == "ok"]
     for r in mlp:
         lines.append(
@@ -480,9 +488,13 @@ def report(results: list[Result], memory: bool) -> str:
                     f"{r.model} peak RSS: onnxpy {r.rss_onnxpy_mb:.0f} MB vs onnxruntime {r.rss_onnxruntime_mb:.0f} MB: "
                     f"{r.rss_onnxpy_mb / r.rss_onnxruntime_mb:.2f}x (target <= {TARGET_MEMORY})"
                 )
-    bad = [r for r in results if r.status == "ok" and r.kind != "quantized" and r.max_rel_diff > 1e-3]
+    bad = [r for r in results if r.status == "ok" and r.kind not in ("quantized", "half") and r.max_rel_diff > 1e-3]
+    bad += [r for r in results if r.status == "ok" and r.kind == "half" and r.max_rel_diff > 1e-2]
     if bad:
-        lines.append("outputs differ from onnxruntime (relative > 1e-3): " + ", ".join(r.model for r in bad))
+        lines.append(
+            "outputs differ from onnxruntime (relative > 1e-3; 1e-2 for float16 models): "
+            + ", ".join(r.model for r in bad)
+        )
     return "\n".join(lines)
 
 
@@ -513,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq", type=int, default=128, help="value of free non-batch dimensions (default 128)")
     p.add_argument("--random-weights", action="store_true", help="light models with random weights")
     p.add_argument("--quantized", action="store_true", help="also the shared models, quantized by onnxruntime")
+    p.add_argument("--half", action="store_true", help="also the shared models in float16")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-RSS subprocesses")
     p.add_argument("--no-light", action="store_true", help="skip onnx's light models")
     p.add_argument("--no-shared", action="store_true", help="skip ../shared/models")
