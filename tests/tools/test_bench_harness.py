@@ -189,3 +189,43 @@ def test_quantized_variants_run_in_both_runtimes(tmp_path: Path) -> None:
         got = onnxpy.InferenceSession(path).run(None, f)[0]
         want = ort_run(onnx.load(path), f)[0]
         assert got.shape == want.shape and np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+
+
+def test_half_variants_are_float16_models_both_runtimes_agree_on(tmp_path: Path) -> None:
+    """benchmarks/half.py: weights, inputs, outputs and Casts to float become float16."""
+    import onnxpy
+
+    spec = importlib.util.spec_from_file_location("onnxpy_bench_half", REPO / "benchmarks" / "half.py")
+    assert spec is not None and spec.loader is not None
+    half = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(half)
+    rng = np.random.default_rng(0)
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            onnx.helper.make_node("Cast", ["c"], ["c32"], to=onnx.TensorProto.FLOAT),
+            onnx.helper.make_node("Sigmoid", ["c32"], ["y"]),
+        ],
+        "cnn",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [
+            numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+        ],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(model, path)
+    ((name, made),) = half.half_models([path], str(tmp_path))
+    m = onnx.load(made)
+    assert name == "cnn_fp16"
+    assert {t.data_type for t in m.graph.initializer} == {onnx.TensorProto.FLOAT16}
+    assert m.graph.input[0].type.tensor_type.elem_type == m.graph.output[0].type.tensor_type.elem_type == 10
+    assert m.graph.node[1].attribute[0].i == onnx.TensorProto.FLOAT16
+    x = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float16)}
+    got = onnxpy.InferenceSession(made).run(None, x)[0]
+    want = ort_run(m, x)[0]
+    assert got.dtype == want.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=2e-3)
