@@ -26,6 +26,7 @@ Explicit Casts of the model stay: a Cast to float16 still rounds there. Host ses
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from onnx import AttributeProto, TensorProto, TypeProto
 
@@ -110,7 +111,17 @@ def _cast(graph: Graph, src: str, dst: str, to: int, name: str) -> Node:
     )
 
 
+def _has_half(graph: Graph) -> bool:
+    """Whether any value is known to be half precision (most graphs: no, found in one scan)."""
+    half_dtypes = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
+    return any(tp.HasField("tensor_type") and tp.tensor_type.elem_type in HALF for tp in graph.types.values()) or any(
+        a.dtype in half_dtypes for a in graph.initializers.values()
+    )
+
+
 def run(graph: Graph) -> bool:
+    if not _has_half(graph):
+        return False
     converted = [n for n in graph.nodes if _convertible(graph, n)]
     if not converted:
         return False
