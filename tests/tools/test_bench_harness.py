@@ -34,6 +34,15 @@ def bench() -> ModuleType:
     return mod
 
 
+def _benchmark_module(name: str) -> ModuleType:
+    """benchmarks/<name>.py, loaded as a module (the folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"onnxpy_bench_{name}", REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -141,10 +150,7 @@ def test_quantized_variants_run_in_both_runtimes(tmp_path: Path) -> None:
     integer input a dynamically quantized one; each loads and runs in onnxpy and onnxruntime."""
     import onnxpy
 
-    spec = importlib.util.spec_from_file_location("onnxpy_bench_quantized", REPO / "benchmarks" / "quantized.py")
-    assert spec is not None and spec.loader is not None
-    quantized = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quantized)
+    quantized = _benchmark_module("quantized")
     rng = np.random.default_rng(0)
     cnn = onnx.helper.make_graph(
         [
@@ -195,10 +201,7 @@ def test_half_variants_are_float16_models_both_runtimes_agree_on(tmp_path: Path)
     """benchmarks/half.py: weights, inputs, outputs and Casts to float become float16."""
     import onnxpy
 
-    spec = importlib.util.spec_from_file_location("onnxpy_bench_half", REPO / "benchmarks" / "half.py")
-    assert spec is not None and spec.loader is not None
-    half = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(half)
+    half = _benchmark_module("half")
     rng = np.random.default_rng(0)
     graph = onnx.helper.make_graph(
         [
