@@ -73,6 +73,17 @@ def _float_twin(model: onnx.ModelProto) -> onnx.ModelProto:
     return twin
 
 
+def _topo(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    done: set[str] = {"x", "w1", "w2", "b2"}
+    out: list[onnx.NodeProto] = []
+    while nodes:
+        ready = next(n for n in nodes if all(i in done for i in n.input))
+        nodes.remove(ready)
+        out.append(ready)
+        done.update(ready.output)
+    return out
+
+
 @pytest.mark.parametrize("elem", [H, TensorProto.BFLOAT16])
 def test_half_graph_equals_float32_rounded_once(elem: int) -> None:
     model = _chain(elem)
@@ -111,6 +122,23 @@ def test_model_cast_keeps_its_rounding_and_fetched_values_keep_their_type() -> N
     y, c2 = onnxpy.InferenceSession(model).run(None, {"x": x})
     assert y.dtype == c2.dtype == np.float16
     twin = _float_twin(model)  # keeps the Cast to float16 (r16): the rounding the model asks for
+    # c2 leaves the converted graph as an output: rounded there, and its readers read that
+    # rounded value too (one value, one rounding)
+    conv2 = next(n for n in twin.graph.node if n.output[0] == "c2")
+    conv2.output[0] = "c2_raw"
+    twin.graph.node.extend(
+        [helper.make_node("Cast", ["c2_raw"], ["c2_16"], to=H), helper.make_node("Cast", ["c2_16"], ["c2"], to=F)]
+    )
+    twin = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            _topo(list(twin.graph.node)),
+            "twin",
+            list(twin.graph.input),
+            list(twin.graph.output),
+            list(twin.graph.initializer),
+        ),
+        opset_imports=list(twin.opset_import),
+    )
     want_y, want_c2 = onnxpy.InferenceSession(twin).run(None, {"x": x.astype(np.float32)})
     np.testing.assert_array_equal(y, want_y.astype(np.float16))
     np.testing.assert_array_equal(c2, want_c2.astype(np.float16))
@@ -164,3 +192,33 @@ def test_shape_of_a_half_input_reads_it_without_a_conversion() -> None:
         None, {"x": np.ones((2, 3), np.float16), "s2": np.array([-1, 2], np.float16)}
     )
     assert s.tolist() == [2, 3] and y.tolist() == [0.0, 2.0] and y.dtype == np.float16
+
+
+@pytest.mark.parametrize("middle", ["Dropout", "Cast"])
+def test_a_value_seen_directly_and_through_an_unconverted_node_is_one_value(middle: str) -> None:
+    # d is a in the model (Dropout at inference, a Cast to its own type): d >= a everywhere,
+    # a - d == 0. The unrounded float32 a must not meet the rounded one that went through d.
+    model = make_model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["a"]),
+            helper.make_node(middle, ["a"], ["d"], **({"to": H} if middle == "Cast" else {})),
+            helper.make_node("GreaterOrEqual", ["d", "a"], ["ge"]),
+            helper.make_node("Sub", ["a", "d"], ["diff"]),
+        ],
+        [vinfo("x", H, [4, 5])],
+        [vinfo("ge", TensorProto.BOOL, [4, 4]), vinfo("diff", H, [4, 4])],
+        initializers={"w": RNG.standard_normal((5, 4)).astype(np.float16)},
+    )
+    ge, diff = onnxpy.InferenceSession(model).run(None, {"x": RNG.standard_normal((4, 5)).astype(np.float16)})
+    assert ge.all() and not diff.any()
+
+
+def test_isinf_sees_the_half_value() -> None:
+    # 65504 + 65504 is infinite in float16 only: IsInf stays outside the converted graph
+    model = make_model(
+        [helper.make_node("Add", ["x", "x"], ["s"]), helper.make_node("IsInf", ["s"], ["y"])],
+        [vinfo("x", H, [2])],
+        [vinfo("y", TensorProto.BOOL, [2])],
+    )
+    (got,) = onnxpy.InferenceSession(model).run(None, {"x": np.array([65504, 1], np.float16)})
+    assert got.tolist() == [True, False]

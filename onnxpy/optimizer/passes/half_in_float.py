@@ -18,8 +18,9 @@ whose half-precision values all have a known type reads and writes float32 versi
 - a half value produced outside the converted nodes (a graph input, a Cast the model has, an
   operator not listed) is cast to float32 once, where converted nodes read it;
 - a half value produced by a converted node keeps its name only through a Cast back to its
-  type, where a graph output or an unconverted node needs it. Fetching its name otherwise gives
-  the unoptimized graph's value, as for any value an optimization removes.
+  type, where a graph output or an unconverted node needs it; converted nodes then read that
+  rounded value too, so no node sees the value both rounded and not. Fetching its name
+  otherwise gives the unoptimized graph's value, as for any value an optimization removes.
 
 Explicit Casts of the model stay: a Cast to float16 still rounds there. Host sessions only.
 """
@@ -38,7 +39,8 @@ HALF = frozenset({TensorProto.FLOAT16, TensorProto.BFLOAT16})
 # Standard operators whose result in float32 is the half-precision one before its rounding:
 # arithmetic, activations, normalizations, convolutions, pools, reductions and data movement.
 # Not: Cast/CastLike (a type is their meaning), random generators, ops with a dtype attribute,
-# control flow, and anything outside the default domain.
+# control flow, IsInf (a value past 65504 is infinite in float16 only), and anything outside
+# the default domain.
 CONVERTIBLE = frozenset(
     {
         # elementwise
@@ -46,7 +48,7 @@ CONVERTIBLE = frozenset(
         "HardSwish", "Tanh", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Gelu",
         "Mish", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Clip", "Identity", "ThresholdedRelu",
         "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where",
-        "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf",
+        "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN",
         # linear algebra, normalization, convolution, pooling
         "MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose", "BatchNormalization", "InstanceNormalization",
         "LayerNormalization", "GroupNormalization", "LRN", "Softmax", "LogSoftmax", "Hardmax",
@@ -138,18 +140,22 @@ def run(graph: Graph) -> bool:
 
     as_float: dict[str, str] = {}  # half value -> its float32 version
     added: list[Node] = []
-    # Outputs of converted nodes: written in float32; the half name survives through a Cast
-    # where something outside (an unconverted reader, a subgraph, a graph output) needs it.
+    # Outputs of converted nodes: written in float32. Where something outside (an unconverted
+    # reader, a subgraph, a graph output) needs the half value, a Cast rounds it back to its
+    # name, and converted readers then read that rounded value too (cast up again below): the
+    # unrounded one must not meet the rounded one, as in GreaterOrEqual(Dropout(a), a).
     for node in converted:
         for i, out in enumerate(node.outputs):
             if not out or not _half(graph, out):
                 continue
-            f = as_float[out] = fresh(out)
+            f = fresh(out)
             graph.types[f] = _float_type(graph, out)
             node.outputs[i] = f
             outside = out in uses.graph_outputs or any(id(r) not in inside for r in uses.readers_of(out))
             if outside:
                 added.append(_cast(graph, f, out, graph.elem_type(out) or TensorProto.FLOAT16, f"{out}{_SUFFIX}_back"))
+            else:
+                as_float[out] = f
     # Inputs of converted nodes not produced by one: a float32 copy of a constant, or a Cast.
     for node in converted:
         for i, name in enumerate(node.inputs):
