@@ -29,10 +29,29 @@ from ..ir.graph import (
     topological_sort,
 )
 from ..model import dtypes
-from ..model.load import check_nesting
+from ..model.load import MAX_OPSET, check_nesting
 from ..ops import registry
 from .binding import validate_node, validate_protos
 from .type_check import check_types
+
+# Domains onnxruntime serves to nodes of a model that does not import them, at their newest
+# version: models written by its transformer optimizer use com.microsoft operators and import
+# only ai.onnx. (An unknown domain without an import stays an error, as there.)
+IMPLIED_DOMAINS = {"com.microsoft": 1, "ai.onnx.ml": MAX_OPSET["ai.onnx.ml"], "ai.onnx.preview.training": 1}
+
+
+def _domains_used(graph: onnx.GraphProto) -> set[str]:
+    used: set[str] = set()
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for node in g.node:
+            used.add(normalize_domain(node.domain))
+            for a in node.attribute:
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
+    return used
 
 
 def model_opsets(model: ModelProto) -> dict[str, int]:
@@ -49,6 +68,8 @@ def model_opsets(model: ModelProto) -> dict[str, int]:
             # From IR 3 on a model must say which opsets it uses (onnxruntime refuses it too).
             raise InvalidGraph(f"the model (IR version {model.ir_version}) imports no opset: opset_import is empty")
         opsets[""] = 1  # IR version < 3: the default domain at its first version
+    for domain in _domains_used(model.graph) & IMPLIED_DOMAINS.keys():
+        opsets.setdefault(domain, IMPLIED_DOMAINS[domain])
     return opsets
 
 

@@ -640,3 +640,38 @@ def test_modelmeta_version_unset_reads_as_onnxruntime_reads_it(version: int | No
     ref = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).get_modelmeta()
     assert onnxpy.InferenceSession(m).get_modelmeta().version == ref.version
     assert ref.version == (2**63 - 1 if version is None else version)
+
+
+@pytest.mark.parametrize(
+    ("node", "attrs"),
+    [
+        (("FastGelu", "com.microsoft"), {}),
+        (("Normalizer", "ai.onnx.ml"), {"norm": "MAX"}),
+    ],
+)
+def test_known_domains_run_without_an_import_as_in_onnxruntime(node: tuple[str, str], attrs: dict) -> None:
+    # onnxruntime's transformer optimizer writes com.microsoft nodes and imports only ai.onnx;
+    # onnxruntime serves its known domains anyway (an unknown one stays an error)
+    op, domain = node
+    g = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], domain=domain, **attrs)],
+        "g",
+        [vinfo("x", TensorProto.FLOAT, [2, 3])],
+        [vinfo("y", TensorProto.FLOAT, None)],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    want = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = onnxpy.InferenceSession(m).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    unknown = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], domain="foo")],
+        "g",
+        [vinfo("x", TensorProto.FLOAT, [2, 3])],
+        [vinfo("y", TensorProto.FLOAT, None)],
+    )
+    m2 = helper.make_model(unknown, opset_imports=[helper.make_opsetid("", 17)])
+    m2.ir_version = 8
+    with pytest.raises(onnxpy.InvalidGraph, match="imports no opset of domain 'foo'"):
+        onnxpy.InferenceSession(m2)
