@@ -222,3 +222,43 @@ def test_isinf_sees_the_half_value() -> None:
     )
     (got,) = onnxpy.InferenceSession(model).run(None, {"x": np.array([65504, 1], np.float16)})
     assert got.tolist() == [True, False]
+
+
+def test_contrib_operators_of_the_transformer_optimizer_convert_too() -> None:
+    # MatMul -> SkipLayerNormalization -> BiasGelu in float16, as onnxruntime's transformer
+    # optimizer writes them (com.microsoft, with the types it records): one float32 region
+    d = 8
+    inits = {
+        "w": (RNG.standard_normal((d, d)) * 0.3).astype(np.float16),
+        "gamma": RNG.standard_normal(d).astype(np.float16),
+        "beta": RNG.standard_normal(d).astype(np.float16),
+        "bias": RNG.standard_normal(d).astype(np.float16),
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("SkipLayerNormalization", ["m", "x", "gamma", "beta"], ["n"], domain="com.microsoft"),
+        helper.make_node("BiasGelu", ["n", "bias"], ["y"], domain="com.microsoft"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [vinfo("x", H, [2, 3, d])],
+        [vinfo("y", H, [2, 3, d])],
+        [onnx.numpy_helper.from_array(v, k) for k, v in inits.items()],
+        value_info=[vinfo("m", H, [2, 3, d]), vinfo("n", H, [2, 3, d])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    model.ir_version = 8
+    g = build_graph(model)
+    optimize(g, 99, host_only=True)
+    assert [n.op_type for n in g.nodes if n.op_type == "Cast"] == ["Cast", "Cast"]  # in and out only
+    x = RNG.standard_normal((2, 3, d)).astype(np.float16)
+    (got,) = onnxpy.InferenceSession(model).run(None, {"x": x})
+    twin = _float_twin(model)
+    del twin.graph.value_info[:]
+    (want,) = onnxpy.InferenceSession(twin).run(None, {"x": x.astype(np.float32)})
+    np.testing.assert_array_equal(got, want.astype(np.float16))
+    (theirs,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got.astype(np.float32), theirs.astype(np.float32), atol=2e-2, rtol=2e-2)

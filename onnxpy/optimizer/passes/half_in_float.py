@@ -40,7 +40,7 @@ HALF = frozenset({TensorProto.FLOAT16, TensorProto.BFLOAT16})
 # arithmetic, activations, normalizations, convolutions, pools, reductions and data movement.
 # Not: Cast/CastLike (a type is their meaning), random generators, ops with a dtype attribute,
 # control flow, IsInf (a value past 65504 is infinite in float16 only), and anything outside
-# the default domain.
+# the default domain but the com.microsoft operators below.
 CONVERTIBLE = frozenset(
     {
         # elementwise
@@ -62,6 +62,17 @@ CONVERTIBLE = frozenset(
     }
 )  # fmt: skip
 
+# com.microsoft operators (as onnxruntime's transformer optimizer writes them) that compute
+# the same function in any float type; their half values must have known types, like the rest.
+CONVERTIBLE_CONTRIB = frozenset(
+    {
+        "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
+        "LayerNormalization", "BiasGelu", "FastGelu", "Gelu", "QuickGelu", "BiasAdd", "BiasSplitGelu",
+        "FusedMatMul", "FusedGemm", "Attention", "MultiHeadAttention", "EmbedLayerNormalization",
+        "RotaryEmbedding",
+    }
+)  # fmt: skip
+
 _SUFFIX = "_as_float"
 _SHAPE_ONLY = frozenset({"Shape", "Size"})
 
@@ -77,7 +88,8 @@ def _known(graph: Graph, name: str) -> bool:
 def _convertible(graph: Graph, node: Node) -> bool:
     """A listed op of the default domain with a half value among its inputs or outputs, and a
     known type for every value (an unknown one might be half at run time and meet float32)."""
-    if node.domain or node.op_type not in CONVERTIBLE or node.subgraphs():
+    listed = node.op_type in (CONVERTIBLE_CONTRIB if node.domain == "com.microsoft" else CONVERTIBLE)
+    if (node.domain and node.domain != "com.microsoft") or not listed or node.subgraphs():
         return False
     if node.op_type == "Clip" and not _both_bounds(node):
         return False  # an omitted bound is the type's finite limit: 65504 for float16
