@@ -43,6 +43,20 @@ def _benchmark_module(name: str) -> ModuleType:
     return mod
 
 
+def _small_cnn(after_conv: list[onnx.NodeProto], rng: np.random.Generator) -> onnx.GraphProto:
+    """x (1, 3, 8, 8) -> 3x3 Conv to c (4 channels) -> ``after_conv`` -> y (1, 4, 8, 8), float32."""
+    return onnx.helper.make_graph(
+        [onnx.helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), *after_conv],
+        "cnn",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [
+            numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+        ],
+    )
+
+
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -152,19 +166,7 @@ def test_quantized_variants_run_in_both_runtimes(tmp_path: Path) -> None:
 
     quantized = _benchmark_module("quantized")
     rng = np.random.default_rng(0)
-    cnn = onnx.helper.make_graph(
-        [
-            onnx.helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-            onnx.helper.make_node("Relu", ["c"], ["y"]),
-        ],
-        "cnn",
-        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
-        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
-        [
-            numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
-            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
-        ],
-    )
+    cnn = _small_cnn([onnx.helper.make_node("Relu", ["c"], ["y"])], rng)
     embed = onnx.helper.make_graph(
         [
             onnx.helper.make_node("Gather", ["table", "ids"], ["e"]),
@@ -203,19 +205,12 @@ def test_half_variants_are_float16_models_both_runtimes_agree_on(tmp_path: Path)
 
     half = _benchmark_module("half")
     rng = np.random.default_rng(0)
-    graph = onnx.helper.make_graph(
+    graph = _small_cnn(
         [
-            onnx.helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
             onnx.helper.make_node("Cast", ["c"], ["c32"], to=onnx.TensorProto.FLOAT),
             onnx.helper.make_node("Sigmoid", ["c32"], ["y"]),
         ],
-        "cnn",
-        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
-        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
-        [
-            numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
-            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
-        ],
+        rng,
     )
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
     model.ir_version = 8
