@@ -597,11 +597,17 @@ def sibling_conv(
 
 
 @op("Gelu", 1, domain=DOMAIN)
-def fused_gelu(xp: Any, X: Any) -> Any:  # noqa: N803
-    """x * 0.5 * (1 + erf(x / sqrt(2))), from an exporter's decomposed pattern."""
+def fused_gelu(xp: Any, X: Any, *, scale: float = 1.0) -> Any:  # noqa: N803
+    """x * 0.5 * (1 + erf(x * scale / sqrt(2))), from an exporter's decomposed pattern: GELU at
+    scale 1, else gelu(x * scale) / scale (its divisor was not sqrt(2), as in a float16 model)."""
     from .elementwise import gelu
 
-    return gelu(xp, X)
+    if scale == 1.0:
+        return gelu(xp, X)
+    s = X.dtype.type(scale) if X.dtype.kind == "f" else scale
+    y = gelu(xp, X * s)
+    y /= s
+    return y
 
 
 @op("LayerNormalization", 1, domain=DOMAIN)

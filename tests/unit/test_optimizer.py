@@ -525,3 +525,48 @@ def test_relu_floor_fold_declines_where_the_identity_does_not_hold(
     m = _bn_relu_conv_model(sign, kernel=kernel, pads=pads, readers=readers)
     sess = _same_numbers(m, _bn_relu_feeds(extreme=False), rtol=1e-5)
     assert "ChannelMax" not in _ops(sess._compiled.graph)
+
+
+@pytest.mark.parametrize("order", ["div_last_half", "mul_half_first", "half_then_x"])
+def test_gelu_pattern_with_half_precision_constants_fuses_with_its_scale(order: str) -> None:
+    # a float16 export rounds sqrt(2) to 1.4140625: x * Phi(x * sqrt(2) / 1.4140625) is what the
+    # graph computes, fused as gelu(x * s) / s with that scale
+    from onnxpy.optimizer.passes import fuse_patterns
+
+    c = float(np.float16(np.sqrt(2)))
+    consts = {
+        "sqrt2": np.array(c, np.float32),
+        "rsqrt2": np.array(float(np.float16(1 / np.sqrt(2))), np.float32),
+        "one": np.array(1, np.float32),
+        "half": np.array(0.5, np.float32),
+    }
+    m = make_model(
+        _gelu_nodes(order),
+        [vinfo("x", TensorProto.FLOAT, [3, 8])],
+        [vinfo("y", TensorProto.FLOAT, [3, 8])],
+        initializers=consts,
+    )
+    graph = build_graph(m)
+    assert fuse_patterns.run(graph)
+    (gelu,) = graph.nodes
+    assert gelu.op_type == "Gelu" and gelu.attrs["scale"] != 1.0 and abs(gelu.attrs["scale"] - 1) < 1e-3
+    x = {"x": RNG.standard_normal((3, 8)).astype(np.float32) * 3}
+    _same_numbers(m, x)
+    # and the same as onnxruntime, which runs the unfused nodes
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    np.testing.assert_allclose(onnxpy.InferenceSession(m).run(None, x)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_gelu_like_pattern_far_from_sqrt2_stays_apart() -> None:
+    from onnxpy.optimizer.passes import fuse_patterns
+
+    consts = {"sqrt2": np.array(3.0, np.float32), "one": np.array(1, np.float32), "half": np.array(0.5, np.float32)}
+    m = make_model(
+        _gelu_nodes("div_last_half"),
+        [vinfo("x", TensorProto.FLOAT, [3, 8])],
+        [vinfo("y", TensorProto.FLOAT, [3, 8])],
+        initializers=consts,
+    )
+    graph = build_graph(m)
+    fuse_patterns.run(graph)
+    assert "Gelu" not in _ops(graph) and _ops(graph)["Erf"] == 1

@@ -37,23 +37,44 @@ def _is(node: Node | None, op: str) -> bool:
     return len(node.inputs) == 2 if op in _BINARY else True
 
 
-def _match_gelu(graph: Graph, uses: Uses, erf: Node) -> tuple[str, str, list[Node]] | None:
-    """(x, output, nodes to remove) when ``erf`` sits in a GELU pattern."""
+def _divisor(value: float | None) -> float | None:
+    """The erf argument's divisor c when it is within 1% of sqrt(2) (GELU's, rounded to a half
+    precision type by a float16 or bfloat16 model), else None. Far from it the identity still
+    holds, but x * s could overflow where x / c did not."""
+    return value if value is not None and abs(value / math.sqrt(2) - 1) <= 0.01 else None
+
+
+def _reciprocal(value: float | None) -> float | None:
+    return None if value is None or value == 0.0 else _divisor(1 / value)
+
+
+def _match_gelu(graph: Graph, uses: Uses, erf: Node) -> tuple[str, str, list[Node], float] | None:
+    """(x, output, nodes to remove, c) when ``erf`` sits in a GELU pattern x * 0.5 * (1 + erf(x /
+    c)): c is sqrt(2) for GELU itself, and near it where the model's constants were rounded
+    (1.4140625 in a float16 model); any c gives x * Phi(x * sqrt(2) / c)."""
     pre = uses.producer.get(erf.inputs[0])
     if pre is None or uses.only_reader(erf.inputs[0]) is not erf:
         return None
-    if _is(pre, "Div") and _near(scalar_value(constant(graph, pre.inputs[1])), math.sqrt(2)):
+    c: float | None = None
+    if _is(pre, "Div") and (c := _divisor(scalar_value(constant(graph, pre.inputs[1])))) is not None:
         x = pre.inputs[0]
     elif _is(pre, "Mul"):
-        c0, c1 = scalar_value(constant(graph, pre.inputs[0])), scalar_value(constant(graph, pre.inputs[1]))
-        if _near(c1, 1 / math.sqrt(2)):
+        k0, k1 = scalar_value(constant(graph, pre.inputs[0])), scalar_value(constant(graph, pre.inputs[1]))
+        if (c := _reciprocal(k1)) is not None:
             x = pre.inputs[0]
-        elif _near(c0, 1 / math.sqrt(2)):
+        elif (c := _reciprocal(k0)) is not None:
             x = pre.inputs[1]
         else:
             return None
     else:
         return None
+    found = _match_gelu_tail(graph, uses, erf, x)
+    return None if found is None else (*found, c)
+
+
+def _match_gelu_tail(graph: Graph, uses: Uses, erf: Node, x: str) -> tuple[str, str, list[Node]] | None:
+    """The 0.5 * x * (1 + erf) part of ``_match_gelu``."""
+    pre = uses.producer[erf.inputs[0]]
     add = uses.only_reader(erf.outputs[0])
     if not _is(add, "Add") or not _near(scalar_value(constant(graph, _other(add, erf.outputs[0]))), 1.0):
         return None
@@ -145,8 +166,11 @@ def run(graph: Graph) -> bool:
             m = _match_gelu(graph, uses, node)
             if m is None or not sweep.fresh(*m[2]):
                 continue
-            x, out, dead = m
-            sweep.replace(dead[-1], Node("Gelu", [x], [out], {}, node.name or "gelu", FUSED_DOMAIN, 1))
+            x, out, dead, c = m
+            # GELU's own divisor to float32's rounding: the plain kernel; another (a float16
+            # model's 1.4140625) scales its input: x * Phi(x * s) = gelu(x * s) / s
+            attrs = {} if _near(c, math.sqrt(2)) else {"scale": math.sqrt(2) / c}
+            sweep.replace(dead[-1], Node("Gelu", [x], [out], attrs, node.name or "gelu", FUSED_DOMAIN, 1))
             sweep.remove(*dead[:-1])
         elif node.op_type == "ReduceMean":
             m2 = _match_layernorm(graph, uses, node)
