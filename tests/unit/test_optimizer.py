@@ -395,22 +395,28 @@ def _gelu_nodes(order: str) -> list:
     ]
 
 
-@pytest.mark.parametrize("order", ["div_last_half", "mul_half_first", "half_then_x"])
-def test_gelu_patterns_fuse(order: str) -> None:
-    from onnxpy.optimizer.passes import fuse_patterns
-
+def _gelu_model(order: str, divisor: float, multiplier: float | None = None) -> onnx.ModelProto:
+    """A decomposed GELU in ``order`` dividing by ``divisor`` (or multiplying by ``multiplier``,
+    1 / divisor by default)."""
     consts = {
-        "sqrt2": np.array(np.sqrt(2), np.float32),
-        "rsqrt2": np.array(1 / np.sqrt(2), np.float32),
+        "sqrt2": np.array(divisor, np.float32),
+        "rsqrt2": np.array(1 / divisor if multiplier is None else multiplier, np.float32),
         "one": np.array(1, np.float32),
         "half": np.array(0.5, np.float32),
     }
-    m = make_model(
+    return make_model(
         _gelu_nodes(order),
         [vinfo("x", TensorProto.FLOAT, [3, 8])],
         [vinfo("y", TensorProto.FLOAT, [3, 8])],
         initializers=consts,
     )
+
+
+@pytest.mark.parametrize("order", ["div_last_half", "mul_half_first", "half_then_x"])
+def test_gelu_patterns_fuse(order: str) -> None:
+    from onnxpy.optimizer.passes import fuse_patterns
+
+    m = _gelu_model(order, np.sqrt(2))
     graph = build_graph(m)
     assert fuse_patterns.run(graph)
     assert _ops(graph) == {"Gelu": 1}
@@ -533,19 +539,7 @@ def test_gelu_pattern_with_half_precision_constants_fuses_with_its_scale(order: 
     # graph computes, fused as gelu(x * s) / s with that scale
     from onnxpy.optimizer.passes import fuse_patterns
 
-    c = float(np.float16(np.sqrt(2)))
-    consts = {
-        "sqrt2": np.array(c, np.float32),
-        "rsqrt2": np.array(float(np.float16(1 / np.sqrt(2))), np.float32),
-        "one": np.array(1, np.float32),
-        "half": np.array(0.5, np.float32),
-    }
-    m = make_model(
-        _gelu_nodes(order),
-        [vinfo("x", TensorProto.FLOAT, [3, 8])],
-        [vinfo("y", TensorProto.FLOAT, [3, 8])],
-        initializers=consts,
-    )
+    m = _gelu_model(order, float(np.float16(np.sqrt(2))), float(np.float16(1 / np.sqrt(2))))
     graph = build_graph(m)
     assert fuse_patterns.run(graph)
     (gelu,) = graph.nodes
@@ -560,13 +554,6 @@ def test_gelu_pattern_with_half_precision_constants_fuses_with_its_scale(order: 
 def test_gelu_like_pattern_far_from_sqrt2_stays_apart() -> None:
     from onnxpy.optimizer.passes import fuse_patterns
 
-    consts = {"sqrt2": np.array(3.0, np.float32), "one": np.array(1, np.float32), "half": np.array(0.5, np.float32)}
-    m = make_model(
-        _gelu_nodes("div_last_half"),
-        [vinfo("x", TensorProto.FLOAT, [3, 8])],
-        [vinfo("y", TensorProto.FLOAT, [3, 8])],
-        initializers=consts,
-    )
-    graph = build_graph(m)
+    graph = build_graph(_gelu_model("div_last_half", 3.0))
     fuse_patterns.run(graph)
     assert "Gelu" not in _ops(graph) and _ops(graph)["Erf"] == 1
