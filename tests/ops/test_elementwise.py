@@ -361,8 +361,7 @@ def test_shrink_integers_truncate_as_onnxruntime(dtype: Any, lambd: float, bias:
     x = np.arange(-9, 10).astype(dtype)
     model = node_model("Shrink", {"x": x}, 1, 9, lambd=lambd, bias=bias)
     want = run_ort(model, {"x": x})
-    if want is None:
-        pytest.skip(f"onnxruntime has no Shrink kernel for {np.dtype(dtype)}")
+    assert want is not None, f"onnxruntime runs Shrink on {np.dtype(dtype)}: the comparison must happen"
     assert_same(run_ours(model, {"x": x})[0], want[0])
 
 
