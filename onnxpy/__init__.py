@@ -45,7 +45,7 @@ from .api.errors import (  # noqa: F401 - re-exported as attributes
 )
 from .api.iobinding import IOBinding
 from .api.options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
-from .api.ortvalue import OrtDevice, OrtValue
+from .api.ortvalue import OrtDevice, OrtValue, copy_tensors
 from .api.session import InferenceSession, ModelMetadata, NodeArg
 from .api.unsupported import PLACEHOLDERS as _PLACEHOLDERS
 from .ops.randomness import set_seed
@@ -142,6 +142,7 @@ __all__ = [
     "OrtValue",
     "OrtDevice",
     "IOBinding",
+    "copy_tensors",
     "NodeArg",
     "ModelMetadata",
     "get_available_providers",

@@ -404,3 +404,36 @@ def _check_shape(shape: Any, what: str) -> tuple[int, ...]:
     if any(d < 0 for d in dims):
         raise InvalidArgument(f"{what}: shape {list(dims)} has a negative dimension")
     return dims
+
+
+def copy_tensors(src: Sequence[OrtValue], dst: Sequence[OrtValue], stream: Any = None) -> None:
+    """Copy each tensor of ``src`` into the tensor of ``dst`` at the same position, across
+    devices as onnxruntime's ``copy_tensors`` does (whose data transfers come from execution
+    providers: between two CPU values it raises, here it copies). Each pair needs the same
+    element type and shape; all sources live on one device and all destinations on one device.
+    Every pair is checked before anything is written."""
+    if stream is not None:
+        raise InvalidArgument("copy_tensors: onnxpy has no OrtSyncStream; copies are synchronous, pass stream=None")
+    sources, targets = list(src), list(dst)
+    if len(sources) != len(targets):
+        raise InvalidArgument(f"copy_tensors: got {len(sources)} source tensors and {len(targets)} destinations")
+    for side, values in (("source", sources), ("destination", targets)):
+        for i, v in enumerate(values):
+            if not isinstance(v, OrtValue):
+                raise InvalidArgument(f"copy_tensors: {side} {i} is a {type(v).__name__}, expected an OrtValue")
+            if not v.is_tensor():
+                raise InvalidArgument(f"copy_tensors: {side} {i} holds {v.data_type()}, expected a tensor")
+        devices = sorted({(v._provider.device_type, v._provider.device_id) for v in values})
+        if len(devices) > 1:
+            raise InvalidArgument(f"copy_tensors: the {side} tensors live on several devices {devices}, expected one")
+    for i, (s, d) in enumerate(zip(sources, targets)):
+        a, b = s._value, d._value
+        if a.dtype != b.dtype or a.shape != b.shape:
+            raise InvalidArgument(
+                f"copy_tensors: pair {i}: source {a.dtype}{list(a.shape)} and destination "
+                f"{b.dtype}{list(b.shape)} differ; expected the same element type and shape"
+            )
+        if not d._provider.writeable(b):
+            raise InvalidArgument(f"copy_tensors: destination {i} is read-only")
+    for s, d in zip(sources, targets):
+        d.update_inplace(s)

@@ -229,6 +229,66 @@ def test_update_inplace_is_seen_by_a_bound_input(neg_session):
     np.testing.assert_array_equal(io.copy_outputs_to_cpu()[0], [[-1, -2, -3]])
 
 
+# -- copy_tensors ----------------------------------------------------------------------------------
+
+
+def test_copy_tensors_copies_each_pair_into_the_destinations_memory():
+    dst_a, dst_b = np.zeros((2, 3), np.float32), np.zeros(4, np.int64)
+    dsts = [ort.OrtValue.ortvalue_from_numpy(dst_a), ort.OrtValue.ortvalue_from_numpy(dst_b)]
+    srcs = [
+        ort.OrtValue.ortvalue_from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3)),
+        ort.OrtValue.ortvalue_from_numpy(np.array([5, 6, 7, 8], np.int64)),
+    ]
+    ptrs = [d.data_ptr() for d in dsts]
+    ort.copy_tensors(srcs, dsts)
+    np.testing.assert_array_equal(dst_a, np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(dst_b, [5, 6, 7, 8])
+    assert [d.data_ptr() for d in dsts] == ptrs
+    assert ort.capi.onnxruntime_inference_collection.copy_tensors is ort.copy_tensors
+    # onnxruntime's own takes its transfers from execution providers and has none between two CPU values
+    with pytest.raises(RuntimeError, match="Data transfer"):
+        onnxruntime.copy_tensors(
+            [onnxruntime.OrtValue.ortvalue_from_numpy(np.ones(2, np.float32))],
+            [onnxruntime.OrtValue.ortvalue_from_numpy(np.zeros(2, np.float32))],
+        )
+
+
+@pytest.mark.parametrize(
+    ("srcs", "dsts", "message"),
+    [
+        ([np.ones((2, 3), np.float32)], [np.zeros((3, 2), np.float32)], r"pair 0: source float32\[2, 3\]"),
+        ([np.ones(3, np.float32)], [np.zeros(3, np.float64)], "same element type and shape"),
+        ([np.ones(3, np.float32), np.ones(2, np.float32)], [np.zeros(3, np.float32)], "3 source tensors and 2"),
+        ([np.ones(3, np.float32)], [np.zeros(3, np.float32), np.zeros(2, np.float32)], "2 source tensors and 3"),
+    ],
+)
+def test_copy_tensors_checks_every_pair_before_writing(srcs, dsts, message):
+    # the first pair would fit: nothing may be written when a later one does not
+    targets = [np.zeros(3, np.float32)] + dsts
+    values = [ort.OrtValue.ortvalue_from_numpy(t) for t in targets]
+    sources = [ort.OrtValue.ortvalue_from_numpy(np.full(3, 9, np.float32))] + [
+        ort.OrtValue.ortvalue_from_numpy(s) for s in srcs
+    ]
+    with pytest.raises(ort.InvalidArgument, match=message.replace("pair 0", "pair 1")):
+        ort.copy_tensors(sources, values)
+    assert all((t == 0).all() for t in targets)
+
+
+def test_copy_tensors_refuses_what_is_not_a_writable_tensor():
+    src = ort.OrtValue.ortvalue_from_numpy(np.ones(3, np.float32))
+    ro = np.zeros(3, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ort.InvalidArgument, match="destination 0 is read-only"):
+        ort.copy_tensors([src], [ort.OrtValue.ortvalue_from_numpy(ro)])
+    with pytest.raises(ort.InvalidArgument, match="destination 0 is a ndarray, expected an OrtValue"):
+        ort.copy_tensors([src], [np.zeros(3, np.float32)])
+    seq = ort.OrtValue(None)
+    with pytest.raises(ort.InvalidArgument, match="source 0 holds optional, expected a tensor"):
+        ort.copy_tensors([seq], [src])
+    with pytest.raises(ort.InvalidArgument, match="OrtSyncStream"):
+        ort.copy_tensors([src], [ort.OrtValue.ortvalue_from_numpy(np.zeros(3, np.float32))], stream=1)
+
+
 # -- numpy interop ---------------------------------------------------------------------------------
 
 

@@ -314,6 +314,21 @@ def test_ortvalue_on_the_device(fake_gpu: type) -> None:
         ort.OrtValue.ortvalue_from_numpy(np.array(["a"]), "fakegpu", 0)
 
 
+def test_copy_tensors_between_host_and_device(fake_gpu: type) -> None:
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    on_device = ort.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32, "fakegpu", 0)
+    ptr = on_device.data_ptr()
+    ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(host)], [on_device])
+    assert on_device.data_ptr() == ptr and isinstance(on_device._value, FakeArray)
+    np.testing.assert_array_equal(on_device.numpy(), host)
+    back = np.zeros((2, 3), np.float32)
+    ort.copy_tensors([on_device], [ort.OrtValue.ortvalue_from_numpy(back)])
+    np.testing.assert_array_equal(back, host)
+    mixed = [ort.OrtValue.ortvalue_from_numpy(host), on_device]
+    with pytest.raises(InvalidArgument, match="source tensors live on several devices"):
+        ort.copy_tensors(mixed, [ort.OrtValue.ortvalue_from_numpy(np.zeros((2, 3), np.float32)) for _ in mixed])
+
+
 def test_iobinding_device_inputs_and_outputs_stay_on_the_device(fake_gpu: type) -> None:
     model = _add_relu()
     sess = _session(model)
