@@ -248,3 +248,68 @@ def test_thresholded_relu_activation_passes_only_values_above_alpha() -> None:
     got, want = _run_both("RNN", feeds, 1, hidden_size=1, activations=["ThresholdedRelu"], activation_alpha=[1.0])
     assert got[0].ravel().tolist() == [0.0, 2.0, 0.0]
     _check(got, want)
+
+
+# -- the loops for the default activations ---------------------------------------------------------
+
+
+def _model_bytes(op_type: str, feeds: dict[str, np.ndarray], n_out: int, **attrs: Any) -> bytes:
+    names = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"]
+    inputs = [n if n in feeds else "" for n in names]
+    while not inputs[-1]:
+        inputs.pop()
+    outs = ["Y", "Y_h", "Y_c"][:n_out]
+    vi = [
+        helper.make_tensor_value_info(n, TensorProto.INT32 if n == "sequence_lens" else TensorProto.FLOAT, None)
+        for n in feeds
+    ]
+    node = helper.make_node(op_type, inputs, outs, **attrs)
+    graph = helper.make_graph(
+        [node], "g", vi, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("op_type", "extra"), [("LSTM", {}), ("GRU", {"linear_before_reset": 0}), ("GRU", {"linear_before_reset": 1})]
+)
+@pytest.mark.parametrize("direction,dirs", DIRECTIONS)
+@pytest.mark.parametrize("lens", [None, [5, 1, 3]])
+@pytest.mark.parametrize("init_and_bias", [True, False])
+def test_default_activation_loops_match_onnxruntime_and_the_general_loop(
+    op_type: str,
+    extra: dict[str, int],
+    direction: str,
+    dirs: int,
+    lens: list[int] | None,
+    init_and_bias: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """All directions advance together, in place, where the activations are the defaults and
+    nothing clips: the same numbers as onnxruntime and as the general per-direction loop."""
+    from onnxpy.ops import rnn
+
+    rng = np.random.default_rng(7)
+    feeds = _feeds(op_type, rng, dirs=dirs, bias=init_and_bias, lens=lens, init=init_and_bias)
+    n_out = 3 if op_type == "LSTM" else 2
+    data = _model_bytes(op_type, feeds, n_out, hidden_size=HID, direction=direction, **extra)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    fast = "_lstm_plain_steps" if op_type == "LSTM" else "_gru_plain_steps"
+    taken: list[bool] = []
+    original = getattr(rnn, fast)
+    monkeypatch.setattr(rnn, fast, lambda *a: taken.append(True) or original(*a))
+    kept = {k: v.copy() for k, v in feeds.items()}
+    sess = onnxpy.InferenceSession(data)
+    got = sess.run(None, feeds)
+    assert taken
+    _check(got, want)
+    for k, v in feeds.items():  # the loops scale copies of the weights, never the weights
+        np.testing.assert_array_equal(v, kept[k])
+    for a, b in zip(sess.run(None, feeds), got):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(rnn, "default_activations", lambda names, defaults: False)
+    general = onnxpy.InferenceSession(data).run(None, feeds)
+    assert len(taken) == 2
+    _check(got, general, tol=1e-6)

@@ -356,5 +356,6 @@ def dynamic_quantize_lstm(
         # Each step's hidden state is quantized afresh (DynamicQuantizeMatMul).
         recurrences.append(lambda h, d=d: dynamic_quantize_matmul(xp, h, R[d], R_scale[d], R_zero_point[d]))
     return rnn.lstm_steps(
-        xp, s, projections, recurrences, acts, P, initial_h, initial_c, clip, input_forget, "DynamicQuantizeLSTM"
-    )
+        xp, s, projections, recurrences, acts, P, initial_h, initial_c, clip, input_forget, "DynamicQuantizeLSTM",
+        plain=rnn.default_activations(activations, ["Sigmoid", "Tanh", "Tanh"]),
+    )  # fmt: skip
