@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ._compat import check_alloc, host_ints, host_scalar, normalize_axes
-from .registry import op
+from .registry import memoized, op
 
 # -- shared helpers ------------------------------------------------------------------------------
 
@@ -167,28 +168,37 @@ def _interp_taps(
     return idx, w
 
 
-def _gather_axis(xp: Any, x: Any, axis: int, idx: np.ndarray, w: np.ndarray | None) -> Any:
-    """sum_t w[:, t] * take(x, idx[:, t], axis): one gather per tap."""
-    if w is None:
-        return xp.take(x, xp.asarray(idx[:, 0]), axis=axis)
-    shape = [1] * x.ndim
-    shape[axis] = -1
+def _gather_taps(xp: Any, x: Any, axis: int, taps: tuple[tuple[Any, Any], ...], out_len: int) -> Any:
+    """sum over taps of w * take(x, idx, axis) (w None: the take alone), one gather per tap."""
     y = None
-    for t in range(idx.shape[1]):
-        wt = w[:, t]
-        if not wt.any():
-            continue
-        term = xp.take(x, xp.asarray(idx[:, t]), axis=axis)
-        term *= xp.asarray(wt.astype(x.dtype if x.dtype.kind == "f" else np.float64)).reshape(shape)
+    for idx, w in taps:
+        term = xp.take(x, idx, axis=axis)
+        if w is None:
+            return term
+        term *= w
         if y is None:
             y = term
         else:
             y += term
     if y is None:
         out_shape = list(x.shape)
-        out_shape[axis] = idx.shape[0]
+        out_shape[axis] = out_len
         y = xp.zeros(out_shape, dtype=x.dtype)
     return y
+
+
+@dataclass(frozen=True)
+class _ResizePlan:
+    """What a Resize computes for one input shape and one set of roi / scales / sizes: the
+    same for every run with them, so it is made once per node (it took about 100 us a call,
+    most of a small Resize)."""
+
+    out_shape: tuple[int, ...]
+    empty: bool
+    compute_dtype: np.dtype | None  # None: nearest, which works in the input's own type
+    # (axis, output length, taps): shrinking axes first keeps the intermediate tensors small
+    steps: tuple[tuple[int, int, tuple[tuple[Any, Any], ...]], ...]
+    mask: Any  # True where tf_crop_and_resize samples outside the input, or None
 
 
 def _resize(
@@ -210,6 +220,67 @@ def _resize(
     ctx: Any,
     what: str,
 ) -> Any:
+    key = (
+        tuple(X.shape),
+        X.dtype,
+        None if roi is None else tuple(roi),
+        None if scales is None else tuple(scales),
+        None if sizes is None else tuple(sizes),
+    )
+    plan: _ResizePlan = memoized(
+        ctx,
+        key,
+        lambda: _resize_plan(
+            xp,
+            X,
+            roi,
+            scales,
+            sizes,
+            axes,
+            mode,
+            coordinate_transformation_mode,
+            nearest_mode,
+            cubic_coeff_a,
+            exclude_outside,
+            antialias,
+            keep_aspect_ratio_policy,
+            ctx,
+            what,
+        ),  # fmt: skip
+    )
+    if plan.empty:
+        return xp.zeros(plan.out_shape, dtype=X.dtype)
+    dtype = X.dtype
+    x = X if plan.compute_dtype is None or dtype == plan.compute_dtype else X.astype(plan.compute_dtype)
+    for axis, out_len, taps in plan.steps:
+        x = _gather_taps(xp, x, axis, taps, out_len)
+    if x is X:
+        x = X.copy()
+    if plan.mask is not None:
+        fill = np.asarray(extrapolation_value).astype(x.dtype) if x.dtype.kind not in "OUS" else ""
+        x = xp.where(plan.mask, xp.asarray(fill, dtype=x.dtype), x)
+    if plan.compute_dtype is not None:
+        x = _cast_result(xp, x, dtype)
+    return x
+
+
+def _resize_plan(
+    xp: Any,
+    X: Any,  # noqa: N803 - spec name
+    roi: list[float] | None,
+    scales: list[float] | None,
+    sizes: list[int] | None,
+    axes: list[int] | None,
+    mode: str,
+    coordinate_transformation_mode: str,
+    nearest_mode: str,
+    cubic_coeff_a: float,
+    exclude_outside: int,
+    antialias: int,
+    keep_aspect_ratio_policy: str,
+    ctx: Any,
+    what: str,
+) -> _ResizePlan:
     rank = X.ndim
     in_shape = [int(d) for d in X.shape]
     ax = normalize_axes(axes, rank, f"{what} axes") if axes else list(range(rank))
@@ -275,51 +346,45 @@ def _resize(
     if any(d == 0 for d in out_shape) or any(d == 0 for d in in_shape):
         if any(out_shape[a] and not in_shape[a] for a in range(rank)):
             raise ValueError(f"{what}: cannot resize an empty axis of shape {in_shape} to {out_shape}")
-        return xp.zeros(out_shape, dtype=X.dtype)
+        return _ResizePlan(tuple(out_shape), True, None, (), None)
 
     dtype = X.dtype
+    compute = None
     if mode != "nearest":
         if dtype.kind in "OUS":
             raise TypeError(f"{what}: mode {mode!r} needs a numeric input, got {dtype}")
-        x = X.astype(_compute_dtype(dtype)) if X.dtype != _compute_dtype(dtype) else X
-    else:
-        x = X
+        compute = _compute_dtype(dtype)
+    weight_dtype = compute if compute is not None and compute.kind == "f" else np.float64
 
     crop = coordinate_transformation_mode == "tf_crop_and_resize"
     plans = []
-    masks = []
+    mask = None
     for a in range(rank):
         n_in, n_out = in_shape[a], out_shape[a]
         xo = _source_coords(coordinate_transformation_mode, n_out, n_in, axis_scale[a], starts[a], ends[a])
+        shape = [1] * rank
+        shape[a] = -1
         if crop:
             oob = (xo < 0) | (xo > n_in - 1)
             if oob.any():
-                masks.append((a, oob))
+                m = xp.asarray(oob).reshape(shape)
+                mask = m if mask is None else (mask | m)
         if n_out == n_in and np.array_equal(xo, np.arange(n_in)):
             continue  # identity along this axis
         if mode == "nearest":
-            idx = _nearest_taps(xo, n_in, nearest_mode, axis_scale[a] < 1.0)
-            w = None
+            taps: tuple[tuple[Any, Any], ...] = (
+                (xp.asarray(_nearest_taps(xo, n_in, nearest_mode, axis_scale[a] < 1.0)[:, 0]), None),
+            )
         else:
             idx, w = _interp_taps(mode, xo, n_in, axis_scale[a], cubic_coeff_a, bool(exclude_outside), bool(antialias))
-        plans.append((n_out / n_in, a, idx, w))
-    # Shrinking axes first keeps the intermediate tensors small.
-    for _, a, idx, w in sorted(plans, key=lambda p: p[0]):
-        x = _gather_axis(xp, x, a, idx, w)
-    if x is X:
-        x = X.copy()
-    if masks:
-        mask = None
-        for a, oob in masks:
-            shape = [1] * rank
-            shape[a] = -1
-            m = xp.asarray(oob).reshape(shape)
-            mask = m if mask is None else (mask | m)
-        fill = np.asarray(extrapolation_value).astype(x.dtype) if x.dtype.kind not in "OUS" else ""
-        x = xp.where(mask, xp.asarray(fill, dtype=x.dtype), x)
-    if mode != "nearest":
-        x = _cast_result(xp, x, dtype)
-    return x
+            taps = tuple(
+                (xp.asarray(idx[:, t]), xp.asarray(w[:, t].astype(weight_dtype)).reshape(shape))
+                for t in range(idx.shape[1])
+                if w[:, t].any()
+            )
+        plans.append((n_out / n_in, a, n_out, taps))
+    steps = tuple((a, n_out, taps) for _, a, n_out, taps in sorted(plans, key=lambda p: p[0]))
+    return _ResizePlan(tuple(out_shape), False, compute, steps, mask)
 
 
 @op("Upsample", 7)

@@ -380,6 +380,32 @@ def test_resize_large_image_is_vectorized() -> None:
     assert lines < 5000, f"{lines} Python lines for one resize"
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_plans_follow_each_runs_shape_and_scales(mode: str) -> None:
+    """A node remembers its plan per input shape and scales (making one took most of a small
+    Resize's time): runs of other shapes and scales in turn each get their own."""
+    from tests.helpers import python_lines_run
+
+    x0 = RNG.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    s0 = np.array([1, 1, 2, 2], dtype=np.float32)
+    proto = onnx.load_from_string(node_model("Resize", {"X": x0, "roi": None, "scales": s0}, 19, mode=mode))
+    for i, d in enumerate(proto.graph.input[0].type.tensor_type.shape.dim[2:]):
+        d.dim_param = f"d{i}"
+    proto.graph.output[0].type.tensor_type.ClearField("shape")
+    model = proto.SerializeToString()
+    ours = onnxpy.InferenceSession(model)
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    x1 = RNG.standard_normal((1, 2, 6, 3)).astype(np.float32)
+    s1 = np.array([1, 1, 0.5, 2], dtype=np.float32)
+    for x, scales in [(x0, s0), (x1, s0), (x0, s1), (x0, s0), (x1, s1), (x1, s0)]:
+        feeds = {"X": x, "scales": scales}
+        assert_same(ours.run(None, feeds)[0], theirs.run(None, feeds)[0])
+    fresh = onnxpy.InferenceSession(model)
+    _, first = python_lines_run(lambda: fresh.run(None, {"X": x0, "scales": s0}))
+    _, again = python_lines_run(lambda: fresh.run(None, {"X": x0, "scales": s0}))
+    assert again < 0.75 * first, (first, again)  # the second run only gathers
+
+
 # -- GridSample -----------------------------------------------------------------------------------
 
 
