@@ -143,6 +143,43 @@ def test_max_pool_indices_ignore_padding_at_type_minimum() -> None:
     assert idx.min() >= 0 and idx.max() < 9  # every index names a real input element
 
 
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("kind", ["ties", "nan", "type_minimum"])
+def test_max_pool_indices_ties_nan_and_padding_as_onnxruntime(kind: str, storage_order: int) -> None:
+    """The first maximum in kernel order wins, a padded position never does, and a NaN wins
+    only as a window's first element: the same element as onnxruntime picks."""
+    rng = np.random.default_rng(6)
+    attrs = dict(kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 1, 1], ceil_mode=1)
+    if kind == "ties":  # few distinct values: nearly every window has several maxima
+        x = rng.integers(-2, 2, size=(2, 3, 7, 6)).astype(np.int8)
+        outs = {"Y": TensorProto.INT8, "Indices": TensorProto.INT64}
+    elif kind == "type_minimum":  # the padding's value is the input's too
+        x = np.full((1, 2, 5, 5), np.iinfo(np.int8).min, dtype=np.int8)
+        x[0, 1, 2, 2] = 3
+        outs = {"Y": TensorProto.INT8, "Indices": TensorProto.INT64}
+    else:
+        x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+        x[0, 0, ::2, ::3] = np.nan
+        outs = {"Y": TensorProto.FLOAT, "Indices": TensorProto.INT64}
+    got, want = _both("MaxPool", {"X": x}, opset=12, outs=outs, storage_order=storage_order, **attrs)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_max_pool_indices_make_no_python_loop_over_taps() -> None:
+    from tests.helpers import python_lines_run
+
+    x = np.random.default_rng(7).standard_normal((1, 4, 9, 9)).astype(np.float32)
+    outs = {"Y": TensorProto.FLOAT, "Indices": TensorProto.INT64}
+    lines = {}
+    for k in (2, 5):
+        data = _model("MaxPool", {"X": x}, outs, 12, kernel_shape=[k, k], pads=[1, 1, 1, 1])
+        sess = onnxpy.InferenceSession(data)
+        sess.run(None, {"X": x})
+        _, lines[k] = python_lines_run(lambda: sess.run(None, {"X": x}))  # noqa: B023 - called at once
+    assert lines[5] < lines[2] + 10, lines  # 25 taps cost no more Python than 4
+
+
 def test_max_pool_opset8_storage_order() -> None:
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 2, 5, 4)).astype(np.float32)
