@@ -35,7 +35,7 @@ from ..providers import (
     provider_for_device,
     provider_for_session,
 )
-from ..runtime import logs
+from ..runtime import contention, logs
 from ..runtime.compile import apply_free_dimension_overrides, build_graph, prestart_shape_inference
 from ..runtime.compiled import CompiledGraph
 from ..runtime.executor import execute
@@ -250,6 +250,7 @@ class InferenceSession:
         self._value_names = frozenset(base.defined_names())
         self._opset = dict(base.opsets)
         self._facts = SessionFacts.from_options(opts)
+        self._run_times = contention.RunTimes()
         self._split: SplitRunner | None = None
         split_mode = self._facts.config.get(split_runner.CONFIG_KEY, "0")
         if split_mode not in ("0", "1", "always"):
@@ -674,7 +675,7 @@ class InferenceSession:
                 feeds = {feed_ids[n]: v for n, v in input_feed.items()}
                 out = None if self._split is None else self._split_runner(plan).run(feeds)
                 if out is None:
-                    out = execute(plan, feeds)
+                    out = contention.WATCH.call(self._run_times, execute, plan, feeds)
         except RecursionError as e:
             raise InvalidGraph(f"the model nests too deeply to run: {e}") from e
         self._check_declared(self._output_tuple, out)
@@ -1043,7 +1044,11 @@ class InferenceSession:
                     out = self._split_device_run(compiled, plan, feeds)
                 if out is None:
                     executing = time.perf_counter() if self._profiler is not None else 0.0
-                    out = compiled.run(feeds, plan=plan, terminate=terminate, observer=observer)
+                    if self._facts.intra_op_threads or compiled.provider.device_type != "cpu":
+                        out = compiled.run(feeds, plan=plan, terminate=terminate, observer=observer)
+                    else:
+                        watch = contention.WATCH
+                        out = watch.call(self._run_times, compiled.run, feeds, plan, None, terminate, observer)
                     if self._profiler is not None:
                         self._profiler.session_event("SequentialExecutor::Execute", executing, time.perf_counter())
         except OnnxpyError:
