@@ -262,10 +262,23 @@ def batches(a: Any, b: Any) -> bool:
 
 
 def stacked_matmul(xp: Any, a: Any, b: Any, out: Any = None) -> Any:
-    """``xp.matmul(a, b, out=out)``. On the host, a stack of float32/float64 products (equal
-    leading shapes, or 2-D weights shared by the stack) large enough to gain goes to OpenBLAS
-    in one batched call."""
-    if xp is np and getattr(a, "ndim", 0) >= 3 and batches(a, b):  # ndim first: 2-D products skip the call
+    """``xp.matmul(a, b, out=out)``. A stack times one shared 2-D matrix is one product of
+    all the stack's rows; on the host, other stacks of float32/float64 products (equal leading
+    shapes) large enough to gain go to OpenBLAS in one batched call."""
+    ndim = getattr(a, "ndim", 0)
+    if ndim >= 3 and getattr(b, "ndim", 0) == 2 and (out is None or out.flags.c_contiguous):
+        # numpy multiplies each matrix of the stack by b on its own: a sequence-first attention
+        # projection, (197, 1, 768) @ (768, 2304), was 197 row products (130 ms against 5 ms
+        # for one). Rows evenly spaced merge as a view, others in one copy of a, small beside
+        # the product.
+        rows = math.prod(a.shape[:-1])
+        flat = a.reshape(rows, a.shape[-1])
+        shape = (*a.shape[:-1], b.shape[-1])
+        if out is None:
+            return xp.matmul(flat, b).reshape(shape)
+        xp.matmul(flat, b, out=out.reshape(rows, b.shape[-1]))
+        return out
+    if xp is np and ndim >= 3 and batches(a, b):  # ndim first: 2-D products skip the call
         shape = (*a.shape[:-1], b.shape[-1])
         y = np.empty(shape, a.dtype) if out is None else out
         usable = isinstance(y, np.ndarray) and y.shape == shape and y.dtype == a.dtype and y.flags.writeable

@@ -41,7 +41,7 @@ def _stack(rng: np.random.Generator, shape: tuple[int, ...], dtype: type, transp
 @batch_available
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(
-    "layout", ["rows", "a transposed", "b transposed", "b shared", "4-D", "head split", "out strided", "out given"]
+    "layout", ["rows", "a transposed", "b transposed", "4-D", "head split", "out strided", "out given"]
 )
 def test_batched_product_matches_numpy(dtype: type, layout: str, batched_calls: list[bool]) -> None:
     rng = np.random.default_rng(3)
@@ -49,8 +49,6 @@ def test_batched_product_matches_numpy(dtype: type, layout: str, batched_calls: 
     a = _stack(rng, (*lead, 160, 96), dtype, transposed=layout == "a transposed")
     b = _stack(rng, (*lead, 96, 200), dtype, transposed=layout == "b transposed")
     out = None
-    if layout == "b shared":
-        b = b[0]
     if layout == "head split":  # attention's heads: a (batch, heads, seq, size) view of packed rows
         packed = rng.standard_normal((1, 160, 8 * 96)).astype(dtype)
         a = packed.reshape(1, 160, 8, 96).transpose(0, 2, 1, 3)
@@ -127,6 +125,53 @@ def test_out_sharing_a_buffer_with_a_goes_to_numpy(batched_calls: list[bool]) ->
     got = _blas.stacked_matmul(np, a, b, out)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
     assert batched_calls == [False]  # may_share_memory is bounds-based: BLAS is not trusted here
+
+
+class _RecordingNumpy:
+    """numpy for stacked_matmul, recording the operand ranks of each matmul it makes."""
+
+    def __init__(self) -> None:
+        self.ranks: list[tuple[int, int]] = []
+
+    def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
+        self.ranks.append((a.ndim, b.ndim))
+        return np.matmul(a, b, out=out)
+
+
+@pytest.mark.parametrize(
+    "layout", ["rows", "sequence first", "a transposed", "4-D", "out given", "out strided", "out is a", "empty"]
+)
+def test_a_stack_times_a_shared_matrix_is_one_product(layout: str) -> None:
+    """(..., m, k) @ (k, n): numpy would make one product per matrix of the stack, 197 row
+    products for a sequence-first attention projection (130 ms against 5 for one product)."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((8, 20, 48)).astype(np.float32)
+    b = rng.standard_normal((48, 30)).astype(np.float32)
+    out = None
+    if layout == "sequence first":  # (tokens, batch 1, features) as a transposed view
+        a = rng.standard_normal((1, 197, 48)).astype(np.float32).transpose(1, 0, 2)
+    if layout == "a transposed":  # rows not evenly spaced: merged through one copy
+        a = np.ascontiguousarray(a.swapaxes(-1, -2)).swapaxes(-1, -2)
+    if layout == "4-D":
+        a = a.reshape(2, 4, 20, 48)
+    if layout == "out given":
+        out = np.empty((8, 20, 30), np.float32)
+    if layout == "out strided":  # not contiguous: numpy's own route
+        out = np.empty((8, 20, 60), np.float32)[:, :, ::2]
+    if layout == "out is a":
+        a = rng.standard_normal((8, 20, 48)).astype(np.float32)
+        b = rng.standard_normal((48, 48)).astype(np.float32)
+        out = a
+    if layout == "empty":
+        a = np.zeros((3, 0, 48), np.float32)
+    want = np.matmul(a, b)
+    xp = _RecordingNumpy()
+    got = _blas.stacked_matmul(xp, a, b, out)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if out is not None:
+        assert got is out
+    assert xp.ranks == [(3 if layout == "out strided" else 2, 2)]
 
 
 def test_switch_off_keeps_numpy(monkeypatch: pytest.MonkeyPatch, batched_calls: list[bool]) -> None:
