@@ -95,9 +95,20 @@ def conv_nd(
             shuffle_groups,
         )
     )
-    geo, cdt = memoized(
+    geo, cdt, live = memoized(
         ctx, key, lambda: _checked_geometry(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, ctx)
     )
+    if live is not None:
+        # Kernel taps that read only padding for every output (a dilation wider than the
+        # map) are dropped: the same convolution with a smaller kernel over part of x.
+        crop, taps, new_pads = live
+        tag = ("live-taps", *((t.start, t.stop) for t in taps))  # slices are unhashable before 3.12
+        w_live = derived((w,), tag, lambda: _read_only(xp.ascontiguousarray(w[taps])))
+        return conv_nd(
+            xp, x[crop], w_live, b, dilations=geo.dilations, group=group, pads=new_pads, strides=geo.strides,
+            ctx=ctx, epilogue=epilogue, shuffle_groups=shuffle_groups, into=into, accumulate=accumulate,
+            channels_last=channels_last, exact=exact,
+        )  # fmt: skip
     x = x.astype(cdt, copy=False)
     w = in_dtype(w, cdt)
     bias = None if b is None else in_dtype(b, cdt)
@@ -191,7 +202,7 @@ def _checked_geometry(
     pads: list[int] | None,
     strides: list[int] | None,
     ctx: Any,
-) -> tuple[_Geometry, np.dtype]:
+) -> tuple[_Geometry, np.dtype, Any]:
     """The convolution's checked geometry and compute dtype; raises for invalid shapes or
     attributes, and for outputs over the session's allocation budget."""
     if x.ndim < 3 or w.ndim != x.ndim:
@@ -220,7 +231,49 @@ def _checked_geometry(
     pointwise = all(kk == 1 for kk in k) and not any(begin) and not any(end) and all(st == 1 for st in strides)
     extent = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
     geo = _Geometry(begin, end, out, k, strides, dilations, group, pointwise, extent)
-    return geo, compute_dtype(x.dtype)
+    return geo, compute_dtype(x.dtype), _live_taps(x.shape[2:], geo)
+
+
+def _live_taps(sizes: tuple[int, ...], geo: _Geometry) -> tuple[tuple[slice, ...], tuple[slice, ...], list[int]] | None:
+    """Where some kernel taps read only padding for every output position (DeepLab's ASPP:
+    dilation 24 or 36 on a 14x14 map leaves only the centre tap), the convolution without
+    them: (slices of X, slices of W, pads). Tap i of an axis reads o * s + i * d - begin for
+    output o; the live taps of an axis are one run, since those positions grow with i. None
+    where every tap reads the input somewhere (or no output exists)."""
+    if not all(geo.out):
+        return None
+    crop: list[slice] = [slice(None), slice(None)]
+    taps: list[slice] = [slice(None), slice(None)]
+    begins: list[int] = []
+    ends: list[int] = []
+    pruned = False
+    for size, b, o, kk, s, d in zip(sizes, geo.begin, geo.out, geo.kernel, geo.strides, geo.dilations):
+        live = [i for i in range(kk) if i * d - b + (o - 1) * s >= 0 and i * d - b < size]
+        if not live:
+            return None  # all padding: the plain path makes the zeros (and the bias)
+        first, last = live[0], live[-1]
+        pruned = pruned or first > 0 or last < kk - 1
+        ext = (last - first) * d + 1
+        # The pruned kernel starts first * d later: its begin pad shrinks by that much, and
+        # where it would go negative the input's start is cropped instead; the end pad is what
+        # the same outputs need, the input's unread end cropped where that is negative.
+        start = first * d - b
+        lo = max(start, 0)
+        need_end = start + (o - 1) * s + ext  # one past the last position read
+        hi = min(need_end, size)
+        crop.append(slice(lo, hi))
+        taps.append(slice(first, last + 1))
+        begins.append(lo - start)
+        ends.append(need_end - hi)
+    if not pruned:
+        return None
+    return tuple(crop), tuple(taps), begins + ends
+
+
+def _read_only(a: Any) -> Any:
+    if hasattr(a, "flags"):
+        a.flags.writeable = False
+    return a
 
 
 class _Geometry(NamedTuple):

@@ -303,6 +303,62 @@ def test_conv_dtypes(dtype: Any, name: str) -> None:
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
 
 
+DEAD_TAP_CASES = [
+    # (name, x shape, w shape, attrs): taps that read only padding for every output
+    ("aspp_d24", (1, 8, 7, 7), (4, 8, 3, 3), dict(dilations=[24, 24], pads=[24, 24, 24, 24])),
+    ("aspp_d12_rows_only", (1, 8, 14, 9), (4, 8, 3, 3), dict(dilations=[12, 12], pads=[12, 12, 12, 12])),
+    ("asymmetric_pads", (1, 3, 5, 6), (2, 3, 3, 3), dict(dilations=[6, 1], pads=[7, 1, 2, 0])),
+    ("strided", (2, 4, 9, 9), (3, 4, 5, 5), dict(dilations=[5, 5], pads=[10, 10, 10, 10], strides=[2, 3])),
+    ("start_cropped", (1, 2, 6, 6), (2, 2, 3, 3), dict(dilations=[4, 4], pads=[6, 6, 1, 1])),
+    ("grouped", (1, 6, 5, 5), (6, 2, 3, 3), dict(dilations=[8, 8], pads=[8, 8, 8, 8], group=3)),
+    ("depthwise", (1, 4, 6, 6), (4, 1, 3, 3), dict(dilations=[9, 9], pads=[9, 9, 9, 9], group=4)),
+    ("1d", (1, 3, 10), (2, 3, 5), dict(dilations=[7], pads=[14, 14])),
+    ("3d", (1, 2, 4, 5, 3), (2, 2, 3, 3, 3), dict(dilations=[5, 1, 4], pads=[5, 1, 4, 5, 1, 4])),
+    ("same_upper", (1, 3, 4, 4), (2, 3, 3, 3), dict(dilations=[6, 6], auto_pad="SAME_UPPER")),
+]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("name,xs,ws,attrs", DEAD_TAP_CASES, ids=[c[0] for c in DEAD_TAP_CASES])
+def test_taps_reading_only_padding_are_dropped(
+    name: str, xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], bias: bool
+) -> None:
+    """A dilation wider than the map leaves taps that read only zeros (DeepLab's ASPP): the
+    convolution runs without them, with the result onnxruntime computes with them."""
+    from onnxpy.ops import conv
+
+    rng = np.random.default_rng(11)
+    feeds = {"X": rng.standard_normal(xs).astype(np.float32), "W": rng.standard_normal(ws).astype(np.float32)}
+    if bias:
+        feeds["B"] = rng.standard_normal(ws[0]).astype(np.float32)
+    if "auto_pad" in attrs:  # onnxruntime has no dilated SAME padding: the direct reference
+        got = _ours("Conv", feeds, **attrs)
+        pads = _same_pads(list(xs[2:]), list(ws[2:]), [1, 1], attrs["dilations"], upper=True)
+        want = reference_conv(feeds["X"], feeds["W"], feeds.get("B"), [1, 1], pads, attrs["dilations"], 1)
+        want = want.astype(np.float32)
+    else:
+        got, want = _both("Conv", feeds, **attrs)
+    _close(got, want)
+    # the geometry says which taps live; every case here has some that do not
+    geo, _, live = conv._checked_geometry(
+        feeds["X"], feeds["W"], None, attrs.get("auto_pad", "NOTSET"), attrs.get("dilations"), attrs.get("group", 1),
+        None, attrs.get("pads"), attrs.get("strides"), None,
+    )  # fmt: skip
+    assert live is not None
+    _, taps, _ = live
+    assert np.prod(feeds["W"][taps].shape) < feeds["W"].size
+
+
+def test_taps_reading_the_input_somewhere_are_kept() -> None:
+    from onnxpy.ops import conv
+
+    x = np.zeros((1, 2, 14, 14), np.float32)
+    w = np.zeros((2, 2, 3, 3), np.float32)
+    for d in (1, 6, 13):  # the outer taps reach the map from the first or last output
+        _, _, live = conv._checked_geometry(x, w, None, "NOTSET", [d, d], 1, None, [d] * 4, None, None)
+        assert live is None, d
+
+
 def test_conv_kernel_shape_mismatch_raises() -> None:
     x = np.zeros((1, 2, 5, 5), np.float32)
     w = np.zeros((3, 2, 3, 3), np.float32)
