@@ -914,18 +914,11 @@ def non_max_suppression(
                 cand = np.nonzero(sc > score_thr)[0] if score_thr is not None else np.arange(sc.shape[0])
                 # Highest score first; equal scores keep the lower box index first.
                 order = cand[np.argsort(-sc[cand], kind="stable")]
-                keep: list[int] = []
-                while order.size and len(keep) < max_out:
-                    i = int(order[0])
-                    keep.append(i)
-                    rest = order[1:]
-                    iw = np.minimum(x1[bi, i], x1[bi, rest]) - np.maximum(x0[bi, i], x0[bi, rest])
-                    ih = np.minimum(y1[bi, i], y1[bi, rest]) - np.maximum(y0[bi, i], y0[bi, rest])
-                    inter = np.maximum(iw, 0) * np.maximum(ih, 0)
-                    union = area[bi, i] + area[bi, rest] - inter
-                    ok = (area[bi, i] > 0) & (area[bi, rest] > 0) & (union > 0)
-                    iou = np.where(ok, inter / np.where(ok, union, 1), 0)
-                    order = rest[~(iou > iou_thr)]
+                corners = (x0[bi, order], x1[bi, order], y0[bi, order], y1[bi, order], area[bi, order])
+                ranks = _nms_by_overlaps(corners, iou_thr, max_out)
+                if ranks is None:
+                    ranks = _nms_by_rounds(corners, iou_thr, max_out)
+                keep = order[ranks].tolist()
                 if keep:
                     rows = np.empty((len(keep), 3), dtype=np.int64)
                     rows[:, 0] = bi
@@ -934,6 +927,98 @@ def non_max_suppression(
                     picked.append(rows)
     out = np.concatenate(picked) if picked else np.zeros((0, 3), dtype=np.int64)
     return xp.asarray(out)
+
+
+def _iou_over(i: Any, j: Any, corners: tuple[np.ndarray, ...], iou_thr: float) -> Any:
+    """Whether boxes i and j (ranks, arrays or scalars) overlap by more than ``iou_thr``:
+    NonMaxSuppression's test, in float32 as onnxruntime computes it; boxes without area never
+    suppress or get suppressed."""
+    x0, x1, y0, y1, area = corners
+    iw = np.minimum(x1[i], x1[j]) - np.maximum(x0[i], x0[j])
+    ih = np.minimum(y1[i], y1[j]) - np.maximum(y0[i], y0[j])
+    inter = np.maximum(iw, 0) * np.maximum(ih, 0)
+    union = area[i] + area[j] - inter
+    ok = (area[i] > 0) & (area[j] > 0) & (union > 0)
+    return np.where(ok, inter / np.where(ok, union, 1), 0) > iou_thr
+
+
+def _nms_by_rounds(corners: tuple[np.ndarray, ...], iou_thr: float, max_out: int) -> np.ndarray:
+    """Greedy NMS over boxes in rank order, one round per kept box, each comparing it with all
+    boxes left: fast when each kept box suppresses many (heavily overlapping boxes)."""
+    order = np.arange(corners[0].shape[0])
+    keep: list[int] = []
+    while order.size and len(keep) < max_out:
+        i = int(order[0])
+        keep.append(i)
+        rest = order[1:]
+        order = rest[~_iou_over(i, rest, corners, iou_thr)]
+    return np.array(keep, dtype=np.int64)
+
+
+# Box pairs whose x-intervals overlap that _nms_by_overlaps tests, at most: beyond it the boxes
+# overlap so much that rounds (each suppressing many) are the faster way.
+NMS_PAIR_BUDGET = 16_000_000
+_NMS_PAIR_CHUNK = 1_000_000
+
+
+def _nms_by_overlaps(corners: tuple[np.ndarray, ...], iou_thr: float, max_out: int) -> np.ndarray | None:
+    """The same greedy NMS from the pairs of boxes that overlap at all: a box is only ever
+    suppressed by one whose x-interval overlaps its own, so the pairs come from the boxes
+    sorted by their left edge (each box with those starting inside it), their IoU is tested
+    in chunks, and one pass in rank order keeps a box no kept box suppressed. The rounds made
+    about fifteen numpy calls over every remaining box for each kept one: 11 s for 27,000
+    boxes of which 25,240 stay (a detector's random-weight output), against onnxruntime's
+    0.5 s. None where more than NMS_PAIR_BUDGET pairs overlap in x."""
+    x0, x1 = corners[0], corners[1]
+    n = x0.shape[0]
+    by_left = np.argsort(x0, kind="stable")
+    left = x0[by_left]
+    # Boxes at sorted positions p < q overlap in x only if left[q] < x1 of p (strictly: an
+    # IoU above a threshold >= 0 needs a positive intersection).
+    ends = np.searchsorted(left, x1[by_left], side="left")
+    counts = np.maximum(ends - np.arange(n) - 1, 0)
+    total = int(counts.sum())
+    if total > NMS_PAIR_BUDGET:
+        return None
+    starts = np.cumsum(counts) - counts
+    sources: list[np.ndarray] = []
+    targets: list[np.ndarray] = []
+    p_lo = 0
+    while p_lo < n:
+        # positions [p_lo, p_hi) whose pairs fit one chunk (at least one position)
+        p_hi = int(np.searchsorted(starts, starts[p_lo] + _NMS_PAIR_CHUNK, side="right"))
+        p_hi = max(p_hi, p_lo + 1)
+        c = counts[p_lo:p_hi]
+        m = int(c.sum())
+        if m:
+            p = np.repeat(np.arange(p_lo, p_hi), c)
+            q = p + 1 + (np.arange(m) - np.repeat(starts[p_lo:p_hi] - starts[p_lo], c))
+            a, b = by_left[p], by_left[q]  # ranks
+            hit = _iou_over(a, b, corners, iou_thr)
+            a, b = a[hit], b[hit]
+            sources.append(np.minimum(a, b))  # the better-ranked box of the pair suppresses
+            targets.append(np.maximum(a, b))
+        p_lo = p_hi
+    if sources:
+        src, dst = np.concatenate(sources), np.concatenate(targets)
+        by_src = np.argsort(src, kind="stable")
+        dst = dst[by_src]
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n)))).tolist()
+    else:
+        dst = np.zeros(0, dtype=np.int64)
+        bounds = [0] * (n + 1)
+    suppressed = np.zeros(n, dtype=bool)
+    keep: list[int] = []
+    for r in range(n):
+        if suppressed[r]:
+            continue
+        keep.append(r)
+        if len(keep) >= max_out:
+            break
+        lo, hi = bounds[r], bounds[r + 1]
+        if hi > lo:
+            suppressed[dst[lo:hi]] = True
+    return np.array(keep, dtype=np.int64)
 
 
 def _present(x: Any) -> bool:

@@ -581,6 +581,62 @@ def test_non_max_suppression_optional_inputs() -> None:
     assert np.asarray(got[0]).shape[0] > 0
 
 
+def _corners(rng: np.random.Generator, n: int, kind: str) -> tuple[np.ndarray, ...]:
+    """Boxes in rank order as _iou_over reads them: x0, x1, y0, y1, area (float32)."""
+    if kind == "grid":  # integer corners: many equal edges and exact IoU ties
+        p = rng.integers(0, 6, (n, 2)).astype(np.float32)
+        q = p + rng.integers(0, 4, (n, 2)).astype(np.float32)  # some without area
+    elif kind == "clustered":  # heavy overlap
+        p = rng.normal(5, 0.3, (n, 2)).astype(np.float32)
+        q = p + rng.uniform(0.5, 2, (n, 2)).astype(np.float32)
+    else:  # spread out, mostly disjoint
+        p = rng.uniform(0, 100, (n, 2)).astype(np.float32)
+        q = p + rng.uniform(0.1, 4, (n, 2)).astype(np.float32)
+    x0, y0 = p[:, 0], p[:, 1]
+    x1, y1 = q[:, 0], q[:, 1]
+    return x0, x1, y0, y1, (x1 - x0) * (y1 - y0)
+
+
+@pytest.mark.parametrize("kind", ["grid", "clustered", "spread"])
+@pytest.mark.parametrize("iou", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("max_out", [1, 7, 10_000])
+def test_nms_from_overlapping_pairs_keeps_what_rounds_keep(kind: str, iou: float, max_out: int) -> None:
+    """The pair-based greedy NMS (x-overlaps, then one pass in rank order) and the round per
+    kept box give the same boxes in the same order."""
+    from onnxpy.ops import vision
+
+    rng = np.random.default_rng(12)
+    for n in (0, 1, 2, 50, 400):
+        corners = _corners(rng, n, kind)
+        want = vision._nms_by_rounds(corners, iou, max_out)
+        got = vision._nms_by_overlaps(corners, iou, max_out)
+        assert got is not None
+        np.testing.assert_array_equal(got, want)
+
+
+def test_nms_many_boxes_against_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A detector's batched NMS: thousands of boxes, most of them kept (a class offset keeps
+    classes apart), through the pairs; with no pair budget, through the rounds."""
+    from onnxpy.ops import vision
+
+    rng = np.random.default_rng(13)
+    n = 3000
+    p = rng.uniform(0, 300, (n, 2))
+    boxes = np.concatenate([p, p + rng.uniform(1, 30, (n, 2))], axis=1)
+    boxes += (rng.integers(0, 20, n) * 400.0)[:, None]  # batched_nms's per-class offset
+    inputs = {
+        "boxes": boxes[None].astype(np.float32),
+        "scores": rng.uniform(0, 1, (1, 1, n)).astype(np.float32),
+        "max_output_boxes_per_class": np.array([n], dtype=np.int64),
+        "iou_threshold": np.array([0.5], dtype=np.float32),
+    }
+    got, want = run_both("NonMaxSuppression", inputs, 11)
+    assert_same(got[0], want[0])
+    assert 0.5 * n < len(want[0]) < n
+    monkeypatch.setattr(vision, "NMS_PAIR_BUDGET", 0)
+    assert_same(run_ours("NonMaxSuppression", inputs, 11)[0], want[0])
+
+
 # -- AffineGrid, CenterCropPad, SpaceToDepth, DepthToSpace ---------------------------------------
 
 
