@@ -349,6 +349,58 @@ def test_taps_reading_only_padding_are_dropped(
     assert np.prod(feeds["W"][taps].shape) < feeds["W"].size
 
 
+REGION_CASES = [
+    # (name, x shape, w shape, attrs): every tap reads the map, most only near its border
+    ("aspp_d12", (1, 16, 14, 14), (8, 16, 3, 3), dict(dilations=[12, 12], pads=[12, 12, 12, 12])),
+    ("batch_strided", (2, 6, 9, 11), (5, 6, 3, 3), dict(dilations=[7, 8], pads=[7, 8, 7, 8], strides=[2, 1])),
+    ("wide_kernel", (1, 4, 6, 6), (3, 4, 5, 5), dict(dilations=[4, 4], pads=[8, 8, 8, 8])),
+    ("asymmetric", (1, 3, 7, 5), (2, 3, 3, 2), dict(dilations=[6, 4], pads=[6, 0, 6, 4])),
+]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("name,xs,ws,attrs", REGION_CASES, ids=[c[0] for c in REGION_CASES])
+def test_taps_are_multiplied_only_where_they_read_the_input(
+    name: str,
+    xs: tuple[int, ...],
+    ws: tuple[int, ...],
+    attrs: dict[str, Any],
+    bias: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dilation near the map's size: each tap's product runs over the outputs it reaches
+    (here at any size: the path otherwise waits for millions of multiply-adds to save)."""
+    from onnxpy.ops import conv
+
+    monkeypatch.setattr(conv, "_REGION_MIN_SAVED", 0)
+    rng = np.random.default_rng(12)
+    feeds = {"X": rng.standard_normal(xs).astype(np.float32), "W": rng.standard_normal(ws).astype(np.float32)}
+    if bias:
+        feeds["B"] = rng.standard_normal(ws[0]).astype(np.float32)
+    geo, _, live = conv._checked_geometry(
+        feeds["X"], feeds["W"], None, "NOTSET", attrs["dilations"], 1, None, attrs["pads"], attrs.get("strides"), None
+    )
+    if live is None:
+        assert geo.regions is not None
+    got, want = _both("Conv", feeds, **attrs)
+    _close(got, want)
+    # with an activation fused after it (FusedConv), at every optimization level
+    so = onnxpy.SessionOptions()
+    so.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    data = _model("Conv", feeds, 17, TensorProto.FLOAT, **attrs)
+    _close(onnxpy.InferenceSession(data, so).run(None, feeds)[0], want)
+
+
+def test_tap_regions_wait_for_real_savings() -> None:
+    from onnxpy.ops import conv
+
+    for m, c, expected in ((8, 16, False), (256, 960, True)):  # DeepLab's ASPP at dilation 12
+        w = np.zeros((m, c, 3, 3), np.float32)
+        x = np.zeros((1, c, 14, 14), np.float32)
+        geo, _, _ = conv._checked_geometry(x, w, None, "NOTSET", [12, 12], 1, None, [12] * 4, None, None)
+        assert (geo.regions is not None) == expected
+
+
 def test_taps_reading_the_input_somewhere_are_kept() -> None:
     from onnxpy.ops import conv
 
