@@ -246,7 +246,7 @@ def _resize(
             keep_aspect_ratio_policy,
             ctx,
             what,
-        ),  # fmt: skip
+        ),
     )
     if plan.empty:
         return xp.zeros(plan.out_shape, dtype=X.dtype)
