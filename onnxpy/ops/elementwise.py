@@ -370,9 +370,18 @@ def pow_(xp: Any, X: Any, Y: Any) -> Any:  # noqa: N803 - spec names
             return _int_pow(xp, X, Y)
         # An integer base with a float exponent: computed in double, truncated back like C.
         return xp.trunc(xp.power(X.astype(np.float64), Y.astype(np.float64, copy=False))).astype(X.dtype)
-    if Y.size == 1 and isinstance(Y, np.ndarray) and Y.dtype.kind in "iuf" and float(Y.reshape(-1)[0]) == 2.0:
-        # x**2 (LayerNorm / variance decompositions): the product is exact and much faster.
-        return xp.multiply(X, X)
+    if Y.size == 1 and isinstance(Y, np.ndarray) and Y.dtype.kind in "iuf":
+        exponent = float(Y.reshape(-1)[0])
+        if exponent == 2.0:
+            # x**2 (LayerNorm / variance decompositions): the product is exact and much faster.
+            return xp.multiply(X, X)
+        if exponent == 3.0 and X.dtype.kind == "f" and not _narrow_float(X.dtype):
+            # x**3 (GPT-2's gelu_new): onnxruntime's result is x * x * x bit for bit, and numpy's
+            # float32 power takes a slow path for negative bases with an integral exponent
+            # (8,192 values: 509 us against 3.5).
+            cube = xp.multiply(X, X)
+            cube *= X
+            return cube
     if _narrow_float(X.dtype):
         # Narrow floats work in float32 so a float32 exponent is not first rounded to the base's type.
         yw = Y if Y.dtype.kind == "f" and Y.dtype.itemsize >= 4 else Y.astype(np.float32)

@@ -213,6 +213,22 @@ def test_pow_square_fast_path_with_a_constant_exponent() -> None:
         assert got.dtype == np.float32
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("exponent", [np.array(3.0, np.float32), np.array([3], np.int64)])
+def test_pow_cube_is_onnxruntimes_product_bit_for_bit(dtype: Any, exponent: np.ndarray) -> None:
+    """x ** 3 (GPT-2's gelu_new) as x * x * x: onnxruntime's values exactly, and no slow
+    power loop for negative bases."""
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal(4096) * 3).astype(dtype)
+    x[:6] = [-0.0, 0.0, np.inf, -np.inf, np.nan, -2.0]
+    model = node_model("Pow", {"x": x, "y": exponent}, 1, 15)
+    got = quiet(lambda: run_ours(model, {"x": x, "y": exponent}))[0]
+    want = run_ort(model, {"x": x, "y": exponent})
+    assert want is not None
+    np.testing.assert_array_equal(got, want[0])
+    assert np.signbit(got[0])  # (-0) ** 3 is -0
+
+
 def test_pow_bfloat16() -> None:
     x = np.array([1.5, 2.0, 0.25], dtype=ml_dtypes.bfloat16)
     y = np.array([3.0, 0.5, -1.0], dtype=np.float32)
