@@ -15,14 +15,14 @@ import numpy as np
 
 from ._blas import stacked_matmul
 from ._clamp import clamp, floor_at, np_clip
-from ._compat import check_alloc, host_ints
+from ._compat import broadcasts_into, check_alloc, host_ints
 from ._depthwise import pointwise_depthwise_channels_last
 from ._derived import derived
 from ._layout import is_channels_last
 from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
 from .elementwise import logistic
-from .nn import _broadcasts_into, gemm
+from .nn import gemm
 from .pool import _max_pool
 from .registry import memoized, op
 from .tensor import _reshape_target, _split
@@ -161,7 +161,7 @@ def fused_conv(
     if epilogue is not None:
         return y
     if Z is not None:
-        if _broadcasts_into(tuple(Z.shape), tuple(y.shape)):
+        if broadcasts_into(tuple(Z.shape), tuple(y.shape)):
             y += Z  # in place, also for an addend that broadcasts into y (per channel, say)
         else:
             y = y + Z  # the residual broadcasts to a larger shape: a new array
@@ -530,7 +530,7 @@ def fused_matmul(
     if bias is not None:
         y += bias
     if Z is not None:
-        if _broadcasts_into(tuple(Z.shape), tuple(y.shape)):
+        if broadcasts_into(tuple(Z.shape), tuple(y.shape)):
             y += Z
         else:
             y = y + Z  # the addend broadcasts to a larger shape: a new array

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..model import dtypes
 from ._blas import stacked_matmul
-from ._compat import host_ints, host_scalar, normalize_axis, require_rank
+from ._compat import broadcasts_into, host_ints, host_scalar, normalize_axis, require_rank
 from ._derived import in_dtype
 from .registry import op
 
@@ -492,12 +492,12 @@ def layer_norm(
         normed, mean, inv_std = _normalize_trailing(work, axis, epsilon)
         # normed is fresh and already in X's dtype: finish in place where the scale and bias
         # broadcast into it (the usual case: they match its trailing axes).
-        if _broadcasts_into(Scale.shape, normed.shape):
+        if broadcasts_into(Scale.shape, normed.shape):
             normed *= Scale
         else:
             normed = normed * Scale
         if B is not None:
-            if _broadcasts_into(B.shape, normed.shape):
+            if broadcasts_into(B.shape, normed.shape):
                 normed += B
             else:
                 normed = normed + B
@@ -512,16 +512,6 @@ def layer_norm(
         stat_dtype = _declared(ctx, 1) or np.dtype(np.float32)
         return (y, mean.astype(stat_dtype, copy=False), inv_std.astype(stat_dtype, copy=False))[: ctx.n_outputs]
     return y
-
-
-def _broadcasts_into(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
-    """Whether an array of shape ``small`` broadcasts to ``big`` without growing it."""
-    if small == big[len(big) - len(small) :]:
-        return True  # the common case, without np.broadcast_shapes (~3 us)
-    try:
-        return np.broadcast_shapes(small, big) == big
-    except ValueError:
-        return False
 
 
 def _declared(ctx: Any, index: int) -> np.dtype | None:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..api.errors import EngineError, Fail, OnnxpyError, RuntimeException
+from ..ops._compat import broadcasts_into
 from ..planner.plan import ExecutionPlan, Step
 
 # An observer sees each step: before(plan, step, values) -> token, after(plan, step, token, values).
@@ -169,12 +170,8 @@ def _inplace_target(step: Step, args: list[Any]) -> Any:
             continue
         if a.__class__ is not np.ndarray or a.dtype != dtype:
             return None
-        if a.shape != shape:
-            try:
-                if np.broadcast_shapes(a.shape, shape) != shape:
-                    return None
-            except ValueError:
-                return None
+        if a.shape != shape and not broadcasts_into(a.shape, shape):
+            return None
     return arr
 
 
