@@ -34,6 +34,14 @@ def python_lines_run(fn: Any) -> tuple[Any, int]:
             count += 1
         return tracer
 
+    from onnxpy.runtime import contention
+
+    # The BLAS watch (runtime/contention.py) adds lines of its own when the machine is busy,
+    # which would make the count depend on the load: it sits out while lines are counted.
+    watch = contention.WATCH
+    idle = contention.BlasContention()
+    idle._active = False
+    contention.WATCH = idle
     previous = sys.gettrace()
     threading.settrace(tracer)
     sys.settrace(tracer)
@@ -42,6 +50,7 @@ def python_lines_run(fn: Any) -> tuple[Any, int]:
     finally:
         sys.settrace(previous)
         threading.settrace(previous)  # type: ignore[arg-type]
+        contention.WATCH = watch
     return result, count
 
 

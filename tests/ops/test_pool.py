@@ -148,6 +148,10 @@ def test_max_pool_indices_ignore_padding_at_type_minimum() -> None:
 def test_max_pool_indices_ties_nan_and_padding_as_onnxruntime(kind: str, storage_order: int) -> None:
     """The first maximum in kernel order wins, a padded position never does, and a NaN wins
     only as a window's first element: the same element as onnxruntime picks."""
+    if kind != "ties":
+        skip_before_onnxruntime(
+            (1, 32), "skips NaN in max pools and names padded positions at the type minimum (seen in 1.23)"
+        )
     rng = np.random.default_rng(6)
     attrs = dict(kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 1, 1], ceil_mode=1)
     if kind == "ties":  # few distinct values: nearly every window has several maxima
