@@ -208,18 +208,12 @@ def _resize(
     scales: list[float] | None,
     sizes: list[int] | None,
     *,
-    axes: list[int] | None,
-    mode: str,
-    coordinate_transformation_mode: str,
-    nearest_mode: str,
-    cubic_coeff_a: float,
-    exclude_outside: int,
     extrapolation_value: float,
-    antialias: int,
-    keep_aspect_ratio_policy: str,
     ctx: Any,
     what: str,
+    **attrs: Any,
 ) -> Any:
+    """Resize (and Upsample); ``attrs``: the other attributes, as _resize_plan takes them."""
     key = (
         tuple(X.shape),
         X.dtype,
@@ -227,27 +221,7 @@ def _resize(
         None if scales is None else tuple(scales),
         None if sizes is None else tuple(sizes),
     )
-    plan: _ResizePlan = memoized(
-        ctx,
-        key,
-        lambda: _resize_plan(
-            xp,
-            X,
-            roi,
-            scales,
-            sizes,
-            axes,
-            mode,
-            coordinate_transformation_mode,
-            nearest_mode,
-            cubic_coeff_a,
-            exclude_outside,
-            antialias,
-            keep_aspect_ratio_policy,
-            ctx,
-            what,
-        ),
-    )
+    plan: _ResizePlan = memoized(ctx, key, lambda: _resize_plan(xp, X, roi, scales, sizes, ctx=ctx, what=what, **attrs))
     if plan.empty:
         return xp.zeros(plan.out_shape, dtype=X.dtype)
     dtype = X.dtype
@@ -270,6 +244,7 @@ def _resize_plan(
     roi: list[float] | None,
     scales: list[float] | None,
     sizes: list[int] | None,
+    *,
     axes: list[int] | None,
     mode: str,
     coordinate_transformation_mode: str,
