@@ -135,36 +135,27 @@ def _max_pool(
         return y if floor is None else floor_at(xp, y, floor, out=y)
     # With Indices: the first maximal element in kernel order wins (strict '>'); padded
     # positions never win, which only depends on positions, so it is tracked on the host.
+    key = ("indices", x.shape, storage_order)
+    geo = memoized(
+        ctx, key, lambda: _index_geometry(x.shape, kernel_shape, begin, strides, dilations, out, storage_order)
+    )
     if xp is np and not (x.dtype.kind in "fc" and np.isnan(x).any()):
-        key = ("indices", x.shape, storage_order)
-        geo = memoized(
-            ctx, key, lambda: _index_geometry(x.shape, kernel_shape, begin, strides, dilations, out, storage_order)
-        )
         return _max_pool_argmax(x, xpad, kernel_shape, strides, dilations, out, geo)
-    spatial = x.shape[2:]
+    # Tap by tap (NaN inputs, device arrays): a NaN wins only as a window's first element.
     n, c = x.shape[:2]
-    plane = math.prod(spatial)
-    base = (np.arange(n * c, dtype=np.int64) * plane).reshape((n, c) + (1,) * nd)
+    base = (np.arange(n * c, dtype=np.int64) * math.prod(x.shape[2:])).reshape((n, c) + (1,) * nd)
     y = xp.full((n, c, *out), _lowest(x.dtype), dtype=x.dtype)
     idx = xp.zeros((n, c, *out), dtype=np.int64)
     seen = np.zeros(out, dtype=bool)
-    for offsets in offsets_all:
-        coords = [_axis_positions(a, offsets[a], begin, strides, dilations, out, nd) for a in range(nd)]
-        valid = np.ones([1] * nd, dtype=bool)
-        for a in range(nd):
-            valid = valid & (coords[a] >= 0) & (coords[a] < spatial[a])
-        valid = np.broadcast_to(valid, out)
+    for t, offsets in enumerate(offsets_all):
+        valid = geo.valid[:, t].reshape(out)
         if not valid.any():
             continue
-        flat = np.zeros([1] * nd, dtype=np.int64)
-        order = range(nd) if storage_order == 0 else reversed(range(nd))
-        for a in order:
-            flat = flat * spatial[a] + coords[a]
         v = xpad[window_slices(offsets, dilations, strides, out)]
         first = xp.asarray(valid & ~seen)
         better = ((v > y) & xp.asarray(valid)) | first
         y = xp.where(better, v, y)
-        idx = xp.where(better, xp.asarray(base + flat), idx)
+        idx = xp.where(better, xp.asarray(base + geo.flat[:, t].reshape(out)), idx)
         seen |= valid
     return y, idx
 
