@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ._compat import host_ints
+from ._derived import derived
 from .conv import compute_dtype
 from .registry import op
 
@@ -123,9 +124,16 @@ def _sigmoid_inplace(xp: Any, v: Any) -> None:
     v *= 0.5
 
 
-def _halves(xp: Any, gates: int, dtype: Any) -> Any:
-    """(gates, 1, 1, 1): 0.5 for each sigmoid gate, 1 for the last (the candidate's tanh)."""
-    return xp.asarray([0.5] * (gates - 1) + [1.0], dtype=dtype).reshape(gates, 1, 1, 1)
+def _gate_major_r(xp: Any, r: Any, gates: int) -> Any:
+    """R (dirs, gates*H, H) as (gates, dirs, H, H), the sigmoid gates' rows halved (the last
+    gate, the candidate's tanh, as it is): a new array, derived once for a constant R."""
+
+    def build() -> Any:
+        dirs, _, hsz = r.shape
+        halves = xp.asarray([0.5] * (gates - 1) + [1.0], dtype=r.dtype).reshape(gates, 1, 1, 1)
+        return xp.multiply(r.reshape(dirs, gates, hsz, hsz).transpose(1, 0, 2, 3), halves, order="C")
+
+    return derived((r,), ("gate-major-halved", gates), build)
 
 
 class _Setup:
@@ -385,8 +393,7 @@ def _gru_plain_steps(xp: Any, s: _Setup, h0: Any, linear_before_reset: int) -> t
         projections.append(proj)
     proj = s.gate_major_steps(xp, projections, 3)  # (T, 3, dirs, H, B)
     proj[:, :2] *= 0.5
-    # (3, dirs, H, H), z and r halved: a new array (the weights themselves stay as they are)
-    r3 = xp.multiply(s.r.reshape(dirs, 3, hsz, hsz).transpose(1, 0, 2, 3), _halves(xp, 3, s.cdt), order="C")
+    r3 = _gate_major_r(xp, s.r, 3)  # (3, dirs, H, H), z and r halved
     rb_h = None if s.rb is None else xp.ascontiguousarray(s.rb[:, 2 * hsz :, None])  # (dirs, H, 1)
     masks = s.step_masks(xp)
     y = xp.empty((s.t, dirs, hsz, s.batch), dtype=s.cdt)
@@ -540,8 +547,7 @@ def _lstm_plain_steps(
     proj[:, :3] *= 0.5
     r4 = None
     if r_float is not None:
-        # (4, dirs, H, H), i, o and f halved: a new array (the weights stay as they are)
-        r4 = xp.multiply(r_float.reshape(dirs, 4, hsz, hsz).transpose(1, 0, 2, 3), _halves(xp, 4, s.cdt), order="C")
+        r4 = _gate_major_r(xp, r_float, 4)  # (4, dirs, H, H), i, o and f halved
     masks = s.step_masks(xp)
     y = xp.empty((s.t, dirs, hsz, s.batch), dtype=s.cdt)
     h = xp.ascontiguousarray(h0.transpose(0, 2, 1))  # (dirs, H, B)
