@@ -106,23 +106,56 @@ _GELU_Q = (
 )
 
 
+# Values per block of a large GELU. Each of its 18 passes then reads and writes arrays of 128 KB
+# that stay in L2 instead of streaming whole-array temporaries through memory: BERT's
+# 8 x 128 x 512 GELU 1935 -> 1008 us (Xeon, 2 MB L2); 16K-value blocks 1135, 64K 1061. Arrays
+# up to two blocks run whole (65,536 values: 130 us either way).
+_GELU_BLOCK = 1 << 15
+
+
 def gelu32(xp: Any, x: Any) -> Any:
     """GELU (erf form) of a float32 array, in a fresh float32 array."""
     if x.ndim == 0:  # arithmetic on 0-d arrays gives scalars, which the in-place passes need not be
         return gelu32(xp, x.reshape(1)).reshape(())
     v = x.astype(np.float32, copy=False)
+    if xp is np and v.size > 2 * _GELU_BLOCK:
+        return _gelu32_blocked(v)
     # Huge |x| overflow u and Q(u) to +-inf on purpose (see above): no warnings for that.
     with np.errstate(over="ignore", invalid="ignore"):
         u = v * v
         q = u * np.float32(_GELU_Q[-1])
-        q += np.float32(_GELU_Q[-2])
-        for c in _GELU_Q[-3::-1]:
-            q *= u
-            q += np.float32(c)
-        q *= v
-        xp.exp(q, out=q)  # exp(-2 g(x)); overflows to inf for very negative x, giving -0
-        q += np.float32(1.0)
+        _gelu_finish(xp, v, u, q)
         return xp.divide(v, q, out=q)
+
+
+def _gelu_finish(xp: Any, v: Any, u: Any, q: Any) -> None:
+    """q = 1 + exp(Q(u) v) in place, from q = u * Q's leading coefficient (GELU is v / q)."""
+    q += np.float32(_GELU_Q[-2])
+    for c in _GELU_Q[-3::-1]:
+        q *= u
+        q += np.float32(c)
+    q *= v
+    xp.exp(q, out=q)  # exp(-2 g(x)); overflows to inf for very negative x, giving -0
+    q += np.float32(1.0)
+
+
+def _gelu32_blocked(v: np.ndarray) -> np.ndarray:
+    """``gelu32`` of a large host array, _GELU_BLOCK values at a time through two reused
+    temporaries; the same operations, so the same bits."""
+    flat = np.ascontiguousarray(v).reshape(-1)
+    y = np.empty(flat.size, dtype=np.float32)
+    u = np.empty(_GELU_BLOCK, dtype=np.float32)
+    q = np.empty(_GELU_BLOCK, dtype=np.float32)
+    lead = np.float32(_GELU_Q[-1])
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, flat.size, _GELU_BLOCK):
+            block = flat[start : start + _GELU_BLOCK]
+            ub, qb = u[: block.size], q[: block.size]
+            np.multiply(block, block, out=ub)
+            np.multiply(ub, lead, out=qb)
+            _gelu_finish(np, block, ub, qb)
+            np.divide(block, qb, out=y[start : start + block.size])
+    return y.reshape(v.shape)
 
 
 def erf(xp: Any, x: Any) -> Any:

@@ -57,3 +57,21 @@ def test_float32_gelu_saturates_beyond_the_fit_without_warnings() -> None:
     np.testing.assert_allclose(pos, big, rtol=1e-6)
     assert np.all(np.abs(neg) <= 1.5e-6) and np.all(neg <= 0)
     assert np.all(np.diff(neg[big > 6]) >= 0)  # only ever closer to 0 further out
+
+
+def test_large_gelu_in_blocks_gives_the_whole_array_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Over two blocks the GELU runs block by block (cache-sized temporaries): the same passes,
+    # so the same bits as one whole-array pass, in any layout, the last block short.
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((3, 50_003)) * 6).astype(np.float32)
+    x[0, :5] = [np.nan, np.inf, -np.inf, 3e38, -3e38]
+    layouts = {"contiguous": x, "transposed": x.T, "strided": x[:, ::2]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # overflow stays silent in blocks too
+        blocked = {k: _erf.gelu32(np, v) for k, v in layouts.items()}
+    monkeypatch.setattr(_erf, "_GELU_BLOCK", 1 << 30)
+    for name, v in layouts.items():
+        assert v.size > 2 * (1 << 15), name
+        whole = _erf.gelu32(np, v)
+        assert blocked[name].shape == v.shape and blocked[name].dtype == np.float32
+        np.testing.assert_array_equal(blocked[name], whole, err_msg=name)
