@@ -545,7 +545,7 @@ def packed_matmul(xp: Any, A: Any, B: Any, bias: Any = None, *, splits: list[int
     with each of the weights packed side by side in B (optimizer/passes/pack_matmuls.py)."""
     if sum(splits) != B.shape[-1] or any(s <= 0 for s in splits):
         raise ValueError(f"splits {list(splits)} must be positive and add up to B's {B.shape[-1]} columns")
-    y = xp.matmul(A, B)
+    y = stacked_matmul(xp, A, B)
     if bias is not None:
         y += bias
     return _split(xp, y, -1, list(splits))

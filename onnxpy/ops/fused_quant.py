@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ._blas import stacked_matmul
 from .quant import _F32, _F32_EXACT, _F64, dynamic_quantization, largest_column_sum, quantize_uint8, shifted_columns
 from .registry import op
 
@@ -55,9 +56,9 @@ def shifted_integer_matmul(
     if B.ndim != 2 or v.shape[-1] != B.shape[0]:
         raise ValueError(f"ShiftedIntegerMatMul: A {list(v.shape)} and B {list(B.shape)} have different K")
     if xp is np and 255.0 * largest_column_sum(B, b_zero_point) < _F32_EXACT:
-        y = xp.matmul(v, shifted_columns(B, b_zero_point, _F32))
+        y = stacked_matmul(xp, v, shifted_columns(B, b_zero_point, _F32))
     else:
-        y = xp.matmul(v.astype(_F64), shifted_columns(B, b_zero_point, _F64)).astype(_F32)
+        y = stacked_matmul(xp, v.astype(_F64), shifted_columns(B, b_zero_point, _F64)).astype(_F32)
     y *= scale.astype(_F32, copy=False)
     if bias is not None:
         y += bias.astype(_F32, copy=False)

@@ -42,7 +42,7 @@ def matmul(xp: Any, a: Any, b: Any) -> Any:
         return stacked_matmul(xp, a, b)
     # float16 / bfloat16: no BLAS path in numpy (and ml_dtypes returns float32); accumulate in
     # float32 and round once.
-    return xp.matmul(in_dtype(a, np.dtype(np.float32)), in_dtype(b, np.dtype(np.float32))).astype(a.dtype)
+    return stacked_matmul(xp, in_dtype(a, np.dtype(np.float32)), in_dtype(b, np.dtype(np.float32))).astype(a.dtype)
 
 
 @op("Gemm", 7)

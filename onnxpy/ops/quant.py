@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from ..model import dtypes
+from ._blas import stacked_matmul
 from ._compat import normalize_axis
 from ._derived import derived
 from .conv import conv_nd
@@ -407,7 +408,7 @@ def integer_matmul(xp: Any, a: Any, a_zero_point: Any, b: Any, b_zero_point: Any
     av = a.astype(dt)
     if a_zero_point is not None:
         av -= a_zero_point.astype(dt)
-    return xp.matmul(av, shifted_columns(b, b_zero_point, dt))
+    return stacked_matmul(xp, av, shifted_columns(b, b_zero_point, dt))
 
 
 @op("MatMulInteger", 10)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ._blas import stacked_matmul
 from ._compat import host_ints
 from ._derived import derived
 from .conv import compute_dtype
@@ -266,7 +267,7 @@ def _clip(xp: Any, v: Any, clip: float | None) -> Any:
 
 def _input_proj(xp: Any, s: _Setup, d: int) -> Any:
     """X @ W^T (+ Wb + Rb) for every step at once: (T, B, G*H)."""
-    proj = xp.matmul(s.x, s.w[d].T)
+    proj = stacked_matmul(xp, s.x, s.w[d].T)
     if s.wb is not None:
         proj += s.wb[d] + s.rb[d]
     return proj
@@ -341,7 +342,7 @@ def _gru(
         f, g = acts[d]
         # Input projection with only W's bias (R's candidate bias sits inside the reset product
         # when linear_before_reset); z and r take both biases.
-        proj = xp.matmul(s.x, s.w[d].T)
+        proj = stacked_matmul(xp, s.x, s.w[d].T)
         rb_h = None
         if s.wb is not None:
             proj += s.wb[d]
@@ -386,7 +387,7 @@ def _gru_plain_steps(xp: Any, s: _Setup, h0: Any, linear_before_reset: int) -> t
     hsz, dirs = s.h, s.num_dirs
     projections = []
     for d in range(dirs):
-        proj = xp.matmul(s.x, s.w[d].T)
+        proj = stacked_matmul(xp, s.x, s.w[d].T)
         if s.wb is not None:
             proj += s.wb[d]
             proj[..., : 2 * hsz] += s.rb[d][: 2 * hsz]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import pool
+from .._blas import stacked_matmul
 from .._compat import host_scalar, normalize_axes, normalize_axis
 from .._derived import derived
 from ..quant import (
@@ -478,7 +479,7 @@ def matmul_nbits(
     # unpacking a 4096 x 4096 weight took 75x onnxruntime's whole product.
     sources = (B, scales) if zero_points is None else (B, scales, zero_points)
     wt = derived(sources, ("matmul-nbits", bits, block_size, K, N), dequantized)
-    y = xp.matmul(A.astype(_F32), wt)
+    y = stacked_matmul(xp, A.astype(_F32), wt)
     if bias is not None:
         y = y + bias.astype(_F32)
     return y.astype(A.dtype, copy=False)
