@@ -2,7 +2,8 @@
 
 - Conv -> Add/Sum(residual) becomes onnxpy.fused.FusedConv with the residual as its 4th input.
 - Conv / FusedConv / ChannelAffine / Gemm / MatMul+bias followed by an activation (Relu,
-  LeakyRelu, Clip with constant bounds, Sigmoid, Tanh, HardSigmoid, HardSwish, and FakeQuant: a
+  LeakyRelu, Clip with constant bounds, Sigmoid, Tanh, HardSigmoid, HardSwish, Swish (fused by
+  fuse_patterns.py from Sigmoid and Mul) and FakeQuant: a
   QuantizeLinear -> DequantizeLinear pair, see fuse_fake_quant.py) carry the activation
   as an attribute and apply it in place.
 - MatMul followed by Add of a constant vector over the last axis becomes FusedMatMul(A, B, bias),
@@ -24,6 +25,8 @@ def activation_of(graph: Graph, node: Node) -> tuple[str, list[float]] | None:
     """(name, params) when ``node`` is an activation a fused kernel can apply in place."""
     if node.domain == FUSED_DOMAIN and node.op_type == "FakeQuant":
         return "FakeQuant", list(node.attrs["activation_params"])
+    if node.domain == FUSED_DOMAIN and node.op_type == "Swish":
+        return "Swish", [float(node.attrs.get("alpha", 1.0))]
     if node.domain:
         return None
     op = node.op_type

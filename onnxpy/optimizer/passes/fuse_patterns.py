@@ -4,6 +4,8 @@
   sqrt(2) or Mul by 1/sqrt(2); the 0.5 applied to x first or last) -> onnxpy.fused.Gelu.
 - LayerNormalization decomposed as ReduceMean / Sub / Pow 2 / ReduceMean / Add eps / Sqrt / Div,
   optionally followed by Mul gamma and Add beta -> LayerNormalization (on the last axis).
+- Swish: x * Sigmoid(x) (SiLU) and x * Sigmoid(alpha * x) (CLIP's QuickGelu, ONNX's Swish
+  expanded) -> onnxpy.fused.Swish, which fuse_activation.py then moves into the producer of x.
 - Transpose pairs: Transpose(Transpose(x, p), q) -> one Transpose (none if the composition is
   the identity).
 """
@@ -156,6 +158,24 @@ def _match_layernorm(graph: Graph, uses: Uses, mean: Node) -> tuple[str, float, 
     return x, eps, div.outputs[0], [mean, sub, pow_, var, add, sqrt, div]
 
 
+def _match_swish(graph: Graph, uses: Uses, sig: Node) -> tuple[str, float, Node, list[Node]] | None:
+    """(x, alpha, the Mul to replace, other nodes to remove) when Sigmoid ``sig`` sits in
+    x * Sigmoid(x) or x * Sigmoid(alpha * x), alpha a scalar constant."""
+    mul = uses.only_reader(sig.outputs[0])
+    if not _is(mul, "Mul") or mul.inputs[0] == mul.inputs[1]:
+        return None
+    x = _other(mul, sig.outputs[0])
+    if sig.inputs[0] == x:
+        return x, 1.0, mul, [sig]
+    scaled = uses.producer.get(sig.inputs[0])
+    if not _is(scaled, "Mul") or uses.only_reader(sig.inputs[0]) is not sig or x not in scaled.inputs:
+        return None
+    alpha = scalar_value(constant(graph, _other(scaled, x)))
+    if alpha is None or not math.isfinite(alpha):
+        return None
+    return x, float(alpha), mul, [sig, scaled]
+
+
 def run(graph: Graph) -> bool:
     sweep = Sweep(graph)
     uses = sweep.uses
@@ -172,6 +192,14 @@ def run(graph: Graph) -> bool:
             attrs = {} if _near(c, math.sqrt(2)) else {"scale": math.sqrt(2) / c}
             sweep.replace(dead[-1], Node("Gelu", [x], [out], attrs, node.name or "gelu", FUSED_DOMAIN, 1))
             sweep.remove(*dead[:-1])
+        elif node.op_type == "Sigmoid" and graph.elem_type(node.inputs[0]) in (1, 10, 11, 16, None):
+            s = _match_swish(graph, uses, node)
+            if s is None or not sweep.fresh(s[2], *s[3]):
+                continue
+            x, alpha, mul, dead = s
+            attrs = {} if alpha == 1.0 else {"alpha": alpha}
+            sweep.replace(mul, Node("Swish", [x], list(mul.outputs), attrs, mul.name or "swish", FUSED_DOMAIN, 1))
+            sweep.remove(*dead)
         elif node.op_type == "ReduceMean":
             m2 = _match_layernorm(graph, uses, node)
             if m2 is None or not sweep.fresh(*m2[3]):

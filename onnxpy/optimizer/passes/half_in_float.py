@@ -45,7 +45,7 @@ CONVERTIBLE = frozenset(
     {
         # elementwise
         "Abs", "Neg", "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid",
-        "HardSwish", "Tanh", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Gelu",
+        "HardSwish", "Swish", "Tanh", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Gelu",
         "Mish", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Clip", "Identity", "ThresholdedRelu",
         "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where",
         "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN",

@@ -50,6 +50,8 @@ ELEMENTWISE_OPS = {
     ("", "Clip"),
     ("", "HardSigmoid"),
     ("", "HardSwish"),
+    ("", "Swish"),
+    (FUSED, "Swish"),
     ("", "Add"),
     ("", "Sub"),
     ("", "Mul"),
