@@ -221,15 +221,16 @@ def swish(xp: Any, x: Any, alpha: float = 1.0, out: Any = None) -> Any:
         out[...] = y
         return out
     if out is None:
-        out = xp.empty(x.shape, dtype=x.dtype)
-    flat_x, flat_out = _flat_views(x), _flat_views(out)
-    if xp is np and x.size > 2 * _SWISH_BLOCK and flat_x is not None and flat_out is not None:
+        out = xp.empty_like(x)  # x's memory order (a channels-last result stays channels-last)
+    flat = _flat_pair(x, out) if xp is np and x.size > 2 * _SWISH_BLOCK else None
+    if flat is not None:
+        flat_x, flat_out = flat
         t = np.empty(_SWISH_BLOCK, dtype=x.dtype)
         for start in range(0, x.size, _SWISH_BLOCK):
             block = flat_x[start : start + _SWISH_BLOCK]
             _swish_into(np, block, alpha, t[: block.size], flat_out[start : start + block.size])
         return out
-    _swish_into(xp, x, alpha, xp.empty(x.shape, dtype=x.dtype), out)
+    _swish_into(xp, x, alpha, xp.empty_like(x), out)
     return out
 
 
@@ -245,11 +246,16 @@ def _swish_into(xp: Any, x: Any, alpha: float, t: Any, out: Any) -> None:
         xp.divide(x, t, out=out)
 
 
-def _flat_views(a: Any) -> Any:
-    """``a`` as a 1-D view when its memory is one contiguous run (None otherwise)."""
-    if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+def _flat_pair(x: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``x`` and ``out`` as 1-D views that match element for element, where both lie in one
+    contiguous run in the same memory order (C order, channels-last, ...); else None."""
+    if not isinstance(x, np.ndarray) or not isinstance(out, np.ndarray):
         return None
-    return a.reshape(-1)
+    order = sorted(range(x.ndim), key=lambda axis: -x.strides[axis])
+    xt, ot = x.transpose(order), out.transpose(order)
+    if not (xt.flags.c_contiguous and ot.flags.c_contiguous):
+        return None
+    return xt.reshape(-1), ot.reshape(-1)
 
 
 @op("Tanh", 6)

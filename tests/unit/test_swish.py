@@ -58,9 +58,15 @@ def test_blocks_layouts_and_half_precision(monkeypatch: pytest.MonkeyPatch) -> N
     x = (RNG.standard_normal((3, 40_001)) * 8).astype(np.float32)
     blocked = swish(np, x)
     strided = swish(np, x[:, ::2])  # not one run: the whole-array form
+    # A channels-last result seen as NCHW (a convolution's, before a depthwise layer): blocked
+    # in its own memory order, and the result keeps that order.
+    nhwc = (RNG.standard_normal((1, 56, 56, 32)) * 8).astype(np.float32).transpose(0, 3, 1, 2)
+    channels_last = swish(np, nhwc)
+    assert channels_last.transpose(0, 2, 3, 1).flags.c_contiguous
     monkeypatch.setattr(elementwise, "_SWISH_BLOCK", 1 << 30)
     np.testing.assert_array_equal(blocked, swish(np, x))  # same passes, same bits
     np.testing.assert_array_equal(strided, swish(np, np.ascontiguousarray(x[:, ::2])))
+    np.testing.assert_array_equal(channels_last, swish(np, np.ascontiguousarray(nhwc)))
     h = x[0, :1000].astype(np.float16)
     got = swish(np, h)
     assert got.dtype == np.float16
