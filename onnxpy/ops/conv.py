@@ -514,20 +514,21 @@ def _conv2d_padded_width(
         else:
             xp.add(full, bias.reshape(1, c, 1, 1), out=y)
         return y
-    for g in range(group):
-        xs = xpad[:, g * cg : (g + 1) * cg]
-        # (cg, kh, kw, n, run) view -> (cg*kh*kw, n*run) copy: contiguous runs of `run` values.
-        view = _as_strided(
-            xp, xs, (cg, kh, kw, n, run), (hp * wp * item, dh * wp * item, dw * item, c * hp * wp * item, item)
-        )
-        cols = view.reshape(cg * kh * kw, n * run)
-        prod = xp.matmul(w[g * mg : (g + 1) * mg].reshape(mg, cg * kh * kw), cols)  # (mg, n * run)
-        full = prod.reshape(mg, n, oh, wp)[:, :, :, :ow]
-        dst = y[:, g * mg : (g + 1) * mg].transpose(1, 0, 2, 3)
-        if bias is None:
-            dst[...] = full
-        else:
-            xp.add(full, bias[g * mg : (g + 1) * mg].reshape(mg, 1, 1, 1), out=dst)
+    # Every group at once: a (group, cg, kh, kw, n, run) view -> (group, cg*kh*kw, n*run) copy of
+    # contiguous runs, one stacked product, one pass cropping the rows and adding the bias. (A
+    # loop over groups made three numpy calls a group: RegNet's 25-group 3x3 on 400x7x7 285 us,
+    # onnxruntime 45.)
+    plane = hp * wp * item
+    view = _as_strided(
+        xp, xpad, (group, cg, kh, kw, n, run), (cg * plane, plane, dh * wp * item, dw * item, c * plane, item)
+    )
+    cols = view.reshape(group, cg * kh * kw, n * run)
+    prod = stacked_matmul(xp, w.reshape(group, mg, cg * kh * kw), cols)  # (group, mg, n * run)
+    full = prod.reshape(m, n, oh, wp)[:, :, :, :ow].transpose(1, 0, 2, 3)
+    if bias is None:
+        y[...] = full
+    else:
+        xp.add(full, bias.reshape(1, m, 1, 1), out=y)
     return y
 
 

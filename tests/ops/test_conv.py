@@ -123,6 +123,8 @@ CONV_CASES = [
     ("im2col_stride_phases_uneven", (2, 4, 19, 17), (6, 4, 5, 6), 1, [1, 3], [2, 1, 0, 2], [1, 1]),
     ("padded_width_dilated_grouped", (2, 8, 10, 9), (6, 4, 3, 2), 2, [1, 1], [2, 1, 0, 3], [2, 3]),
     ("padded_width_no_pad", (1, 5, 6, 7), (3, 5, 2, 2), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
+    # RegNet's narrow groups (all groups in one stacked product), two images, two outputs each.
+    ("padded_width_many_groups", (2, 48, 7, 10), (24, 4, 3, 3), 12, [1, 1], [1, 1, 1, 1], [1, 1]),
     # At most a quarter as many output as input channels: one GEMM over the stacked taps (nine
     # at a time), then shifted sums.
     ("tap_sum", (2, 16, 9, 8), (4, 16, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
