@@ -62,7 +62,9 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
     if activation == "Swish":
         return swish(xp, y, params[0] if params else 1.0, out=y)
     if activation == "HardSwish":
-        gate = xp.clip(y * t(1 / 6) + t(0.5), t(0), t(1))
+        gate = xp.multiply(y, t(1 / 6))  # one temporary, the clip ufunc in place
+        gate += t(0.5)
+        _clip(xp)(gate, t(0), t(1), out=gate)
         y *= gate
         return y
     if activation == "FakeQuant":
