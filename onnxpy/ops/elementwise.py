@@ -303,6 +303,8 @@ def hard_sigmoid(xp: Any, x: Any, *, alpha: float = 0.2, beta: float = 0.5) -> A
 @op("HardSwish", 14)
 def hard_swish(xp: Any, x: Any) -> Any:
     # Half precision in float32, as HardSigmoid (in float16 up to 8 ulp off).
+    if x.ndim == 0:  # numpy's ufuncs return scalars for 0-d arrays without out=
+        return hard_swish(xp, x.reshape(1)).reshape(())
     w = x.astype(np.float32) if x.dtype.itemsize < 4 else x
     t = w.dtype.type
     # One temporary, each step in place (the same operations as w * clip(w / 6 + 0.5, 0, 1)).

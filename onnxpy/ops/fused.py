@@ -41,6 +41,8 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
     """Apply ``activation`` to ``y`` in place where possible; returns the result."""
     if not activation:
         return y
+    if y.ndim == 0:  # a 1-D @ 1-D product: numpy's ufuncs return scalars for 0-d arrays
+        return apply_activation(xp, y.reshape(1), activation, params).reshape(())
     if activation == "Relu":
         return floor_at(xp, y, 0, out=y)
     t = y.dtype.type

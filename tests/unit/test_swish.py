@@ -202,3 +202,15 @@ def test_swish_24_runs_as_one_kernel() -> None:
     fused, plain = _sessions(m)
     for sess in (fused, plain):
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], _exact(x, 0.75), rtol=1e-6, atol=1e-7)
+
+
+def test_in_place_activations_take_0d_arrays() -> None:
+    # A 1-D @ 1-D product is 0-d; numpy's ufuncs return scalars there unless given out=.
+    from onnxpy.ops.fused import IN_PLACE_ACTIVATIONS, apply_activation
+
+    params = {"LeakyRelu": [0.1], "Clip": [-1.0, 1.0], "HardSigmoid": [0.2, 0.5], "FakeQuant": [0.1, -128.0, 127.0]}
+    for name in sorted(IN_PLACE_ACTIVATIONS):
+        got = apply_activation(np, np.array(-0.55, np.float32), name, params.get(name, []))
+        want = apply_activation(np, np.array([-0.55], np.float32), name, params.get(name, []))
+        assert isinstance(got, np.ndarray) and got.shape == () and got.dtype == np.float32, name
+        assert got == want[0], name
