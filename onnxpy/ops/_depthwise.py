@@ -98,17 +98,21 @@ def depthwise_channels_last(
     out: list[int],
     strides: list[int],
     epilogue: Callable[[np.ndarray], Any] | None = None,
+    dilations: list[int] | tuple[int, int] = (1, 1),
 ) -> np.ndarray:
-    """Depthwise convolution (W of shape (C, 1, kh, kw), dilation 1) of ``x`` (N, C, H, W) in
-    ``x``'s dtype; returns (N, C, oh, ow) laid out channels-last. ``epilogue`` (an in-place
+    """Depthwise convolution (W of shape (C, 1, kh, kw)) of ``x`` (N, C, H, W) in ``x``'s
+    dtype; returns (N, C, oh, ow) laid out channels-last. ``epilogue`` (an in-place
     activation) is applied to each block of output rows right after its bias."""
     n, c = x.shape[:2]
     kh, kw = w.shape[2:]
-    rows, cols = strides[0] * (out[0] - 1) + kh, strides[1] * (out[1] - 1) + kw  # what windows read
+    dh, dw = dilations
+    # What the windows read.
+    rows, cols = strides[0] * (out[0] - 1) + dh * (kh - 1) + 1, strides[1] * (out[1] - 1) + dw * (kw - 1) + 1
     y = np.empty((n, out[0], out[1], c), dtype=x.dtype)
-    phased = _phased(strides, kw, out[1])
+    phased = _phased(strides, kw, out[1]) and dw == 1
     for i in range(n):
-        _depthwise_image(_padded(x[i], begin, (rows, cols), phased), w, bias, strides, y[i], epilogue, phased)
+        p = _padded(x[i], begin, (rows, cols), phased)
+        _depthwise_image(p, w, bias, strides, y[i], epilogue, phased, (dh, dw))
     return y.transpose(0, 3, 1, 2)
 
 
@@ -241,13 +245,16 @@ def _depthwise_image(
     y: np.ndarray,
     epilogue: Callable[[np.ndarray], Any] | None,
     phased: bool = False,
+    dilations: tuple[int, int] = (1, 1),
 ) -> None:
     """One image's depthwise convolution: ``p`` the zero-bordered channels-last input (rows,
     cols, C) the windows read, ``y`` the (oh, ow, C) result, written in place. With
-    ``phased`` (column stride 2), ``p`` holds its even columns first, then its odd ones."""
+    ``phased`` (column stride 2, column dilation 1), ``p`` holds its even columns first, then
+    its odd ones. A dilation only spaces the taps: their views step further."""
     oh, ow, c = y.shape
     kh, kw = w.shape[2:]
     sh, sw = strides
+    dh, dw = dilations
     cols = p.shape[1]
     row = ow * c
     # (kh, kw, ow*c): each tap's weights, one per channel, tiled along an output row.
@@ -264,7 +271,7 @@ def _depthwise_image(
         q = _row_chunk(ow, c)
         lc = q * c
         taps = strided_view(
-            p, (kh, kw, oh, ow // q, lc), (cols * c * item, c * item, sh * cols * c * item, lc * item, item)
+            p, (kh, kw, oh, ow // q, lc), (dh * cols * c * item, dw * c * item, sh * cols * c * item, lc * item, item)
         )
         _einsum("uvrQl,uvl->rQl", taps, weights[:, :, :lc], out=yi.reshape(oh, ow // q, lc))
     elif phased:
@@ -274,14 +281,14 @@ def _depthwise_image(
         # taps, one the odd ones: 96 channels at 112x112 -> 56x56 1434 -> 685 us, 144 at 56 ->
         # 28 388 -> 230 (reading every other position, runs of C values, was the old form).
         line = cols * c * item
-        even_taps = strided_view(p, (kh, (kw + 1) // 2, oh, row), (line, c * item, sh * line, item))
+        even_taps = strided_view(p, (kh, (kw + 1) // 2, oh, row), (dh * line, c * item, sh * line, item))
         _einsum("uvrl,uvl->rl", even_taps, weights[:, 0::2], out=yi)
         odd = p.reshape(-1)[(cols + 1) // 2 * c :]  # the first odd column, row 0
-        odd_taps = strided_view(odd, (kh, kw // 2, oh, row), (line, c * item, sh * line, item))
+        odd_taps = strided_view(odd, (kh, kw // 2, oh, row), (dh * line, c * item, sh * line, item))
         yi += _einsum("uvrl,uvl->rl", odd_taps, weights[:, 1::2])
     else:
         taps = strided_view(
-            p, (kh, kw, oh, ow, c), (cols * c * item, c * item, sh * cols * c * item, sw * c * item, item)
+            p, (kh, kw, oh, ow, c), (dh * cols * c * item, dw * c * item, sh * cols * c * item, sw * c * item, item)
         )
         _einsum("uvrqc,uvqc->rqc", taps, weights.reshape(kh, kw, ow, c), out=y)
     if bias is not None or epilogue is not None:

@@ -115,6 +115,12 @@ CONV_CASES = [
     ("depthwise_strided", (2, 5, 9, 9), (5, 1, 3, 3), 5, [2, 2], [1, 1, 1, 1], [1, 1]),
     ("depthwise_dilated_strided", (1, 4, 11, 10), (4, 1, 3, 2), 4, [2, 3], [2, 0, 1, 3], [2, 3]),
     ("depthwise_multiplier", (1, 3, 7, 7), (6, 1, 3, 3), 3, [1, 2], [1, 1, 0, 0], [1, 1]),
+    # Dilated depthwise layers run channels-last too (taps spaced in the padded copy): at stride
+    # 1 (row chunks), at column stride 2 with row dilation (columns stored by parity, 30 output
+    # columns) and with column dilation (no parity form).
+    ("depthwise_dilated_5x5", (2, 7, 12, 11), (7, 1, 5, 5), 7, [1, 1], [4, 4, 4, 4], [2, 2]),
+    ("depthwise_dilated_rows_phased", (1, 3, 20, 60), (3, 1, 3, 3), 3, [2, 2], [2, 1, 2, 1], [2, 1]),
+    ("depthwise_dilated_cols_strided", (1, 5, 13, 21), (5, 1, 3, 3), 5, [2, 2], [1, 2, 0, 2], [1, 2]),
     ("im2col", (2, 3, 9, 8), (4, 3, 3, 3), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     ("im2col_grouped_dilated_strided", (2, 6, 13, 12), (8, 3, 3, 2), 2, [2, 3], [1, 2, 3, 0], [2, 2]),
     ("im2col_asymmetric_pads", (1, 2, 6, 6), (3, 2, 2, 3), 1, [1, 1], [0, 2, 3, 1], [1, 1]),
@@ -673,7 +679,7 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, strides=[2, 2])
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, pads=[1, 1, 1, 1])
         dw = rng.standard_normal((64, 1, 3, 3)).astype(np.float32)
-        conv_mod.conv_nd(np, x, dw, group=64, dilations=[2, 2], strides=[2, 2])  # dilated: NCHW paths
+        conv_mod.conv_nd(np, x, dw, group=64, dilations=[2, 2], strides=[2, 2])  # dilated: channels-last too
         conv_mod.conv_nd(np, x, dw, group=64, dilations=[2, 2], pads=[2, 2, 2, 2])
     finally:
         conv_mod.winograd_cl.winograd_channels_last = cl_original
@@ -690,8 +696,8 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         "_im2col_gemm",
         "depthwise_channels_last",
         "depthwise_channels_last",
-        "_depthwise",
-        "_conv2d_padded_width",
+        "depthwise_channels_last",
+        "depthwise_channels_last",
     ]
 
 

@@ -95,7 +95,7 @@ def test_stride_2_columns_run_phased(monkeypatch: pytest.MonkeyPatch) -> None:
     original = _depthwise._depthwise_image
 
     def spy(*args: Any) -> None:
-        phased.append(args[-1])
+        phased.append(args[6])  # (p, w, bias, strides, y, epilogue, phased, dilations)
         original(*args)
 
     monkeypatch.setattr(_depthwise, "_depthwise_image", spy)
