@@ -187,6 +187,32 @@ def _gather_taps(xp: Any, x: Any, axis: int, taps: tuple[tuple[Any, Any], ...], 
     return y
 
 
+# Interpolation along an axis of at most this many input positions per tap runs as one product
+# with the (output x input) matrix of its weights: each output costs n_in multiply-adds in BLAS
+# instead of a gather, a multiply and an add per tap in numpy. LR-ASPP's 8x upsample of its
+# 21x28x28 logits 2026 -> 648 us (onnxruntime 738), an FPN's 256x14x14 -> 28x28 571 -> 146,
+# 21x28x28 bicubic 4295 -> 632. Linear (2 taps) 128 -> 256 on 3 channels was even and on 32
+# channels 5037 -> 3109 us; 512 -> 256 four times slower: there most of the matrix is zeros.
+_DENSE_IN_PER_TAP = 32
+
+
+def _finite(x: np.ndarray) -> bool:
+    """Whether ``x`` holds no NaN or infinity (the product's zero weights would spread them:
+    0 * inf is NaN)."""
+    return x.size == 0 or bool(np.isfinite(x.min()) and np.isfinite(x.max()))
+
+
+def _dense_step(x: np.ndarray, axis: int, matrix: np.ndarray) -> np.ndarray:
+    """Interpolation along ``axis`` as the product with ``matrix`` (output x input positions)."""
+    shape = list(x.shape)
+    before, n_in = math.prod(shape[:axis]), shape[axis]
+    after = math.prod(shape[axis + 1 :])
+    shape[axis] = matrix.shape[0]
+    if after == 1:
+        return np.matmul(x.reshape(before, n_in), matrix.T).reshape(shape)
+    return np.matmul(matrix, x.reshape(before, n_in, after)).reshape(shape)
+
+
 @dataclass(frozen=True)
 class _ResizePlan:
     """What a Resize computes for one input shape and one set of roi / scales / sizes: the
@@ -196,8 +222,9 @@ class _ResizePlan:
     out_shape: tuple[int, ...]
     empty: bool
     compute_dtype: np.dtype | None  # None: nearest, which works in the input's own type
-    # (axis, output length, taps): shrinking axes first keeps the intermediate tensors small
-    steps: tuple[tuple[int, int, tuple[tuple[Any, Any], ...]], ...]
+    # (axis, output length, taps, matrix): shrinking axes first keeps the intermediate tensors
+    # small; ``matrix`` (output length x input length, or None) is the step as one product
+    steps: tuple[tuple[int, int, tuple[tuple[Any, Any], ...], np.ndarray | None], ...]
     mask: Any  # True where tf_crop_and_resize samples outside the input, or None
 
 
@@ -226,8 +253,11 @@ def _resize(
         return xp.zeros(plan.out_shape, dtype=X.dtype)
     dtype = X.dtype
     x = X if plan.compute_dtype is None or dtype == plan.compute_dtype else X.astype(plan.compute_dtype)
-    for axis, out_len, taps in plan.steps:
-        x = _gather_taps(xp, x, axis, taps, out_len)
+    for axis, out_len, taps, matrix in plan.steps:
+        if matrix is not None and _finite(x):
+            x = _dense_step(x, axis, matrix)
+        else:
+            x = _gather_taps(xp, x, axis, taps, out_len)
     if x is X:
         x = X.copy()
     if plan.mask is not None:
@@ -357,8 +387,13 @@ def _resize_plan(
                 for t in range(idx.shape[1])
                 if w[:, t].any()
             )
-        plans.append((n_out / n_in, a, n_out, taps))
-    steps = tuple((a, n_out, taps) for _, a, n_out, taps in sorted(plans, key=lambda p: p[0]))
+        matrix = None
+        if xp is np and mode != "nearest" and compute in (np.float32, np.float64) and n_in <= _DENSE_IN_PER_TAP * len(taps):
+            matrix = np.zeros((n_out, n_in), dtype=compute)
+            for t in range(idx.shape[1]):
+                np.add.at(matrix, (np.arange(n_out), idx[:, t]), w[:, t])
+        plans.append((n_out / n_in, a, n_out, taps, matrix))
+    steps = tuple((a, n_out, taps, matrix) for _, a, n_out, taps, matrix in sorted(plans, key=lambda p: p[0]))
     return _ResizePlan(tuple(out_shape), False, compute, steps, mask)
 
 

@@ -380,6 +380,51 @@ def test_resize_large_image_is_vectorized() -> None:
     assert lines < 5000, f"{lines} Python lines for one resize"
 
 
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("coord", ["half_pixel", "align_corners", "asymmetric"])
+def test_resize_as_products_agrees_with_the_gathers(monkeypatch: pytest.MonkeyPatch, mode: str, coord: str) -> None:
+    """Short axes interpolate as one product with a matrix of weights; the per-tap gathers
+    (the form for long axes) give the same values."""
+    from onnxpy.ops import vision
+
+    x = RNG.standard_normal((2, 3, 20, 24)).astype(np.float32)
+    s = np.array([1, 1, 2.5, 1.5], dtype=np.float32)
+    model = node_model(
+        "Resize", {"X": x, "roi": None, "scales": s}, 19, mode=mode, coordinate_transformation_mode=coord
+    )
+    dense = onnxpy.InferenceSession(model).run(None, {"X": x, "scales": s})[0]
+    monkeypatch.setattr(vision, "_DENSE_IN_PER_TAP", 0)
+    gathered = onnxpy.InferenceSession(model).run(None, {"X": x, "scales": s})[0]
+    np.testing.assert_allclose(dense, gathered, rtol=1e-6, atol=1e-6)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"X": x, "scales": s})[0]
+    assert_same(dense, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 6, 7), (1, 2, 100, 150)])
+def test_resize_non_finite_values_reach_only_their_own_taps(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]
+) -> None:
+    # A product with the weight matrix would give 0 * inf = NaN in every output of the row: a
+    # non-finite input takes the gathers, as long axes always do.
+    from onnxpy.ops import vision
+
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x[0, 0, 2, 3] = np.nan
+    x[0, 0, 4, 1] = np.inf
+    s = np.array([1, 1, 2, 2], dtype=np.float32)
+    model = node_model("Resize", {"X": x, "roi": None, "scales": s}, 19, mode="linear")
+    got = onnxpy.InferenceSession(model).run(None, {"X": x, "scales": s})[0]
+    monkeypatch.setattr(vision, "_DENSE_IN_PER_TAP", 0)
+    gathered = onnxpy.InferenceSession(model).run(None, {"X": x, "scales": s})[0]
+    np.testing.assert_array_equal(got, gathered)
+    assert np.isnan(got).sum() == 16 and np.isinf(got).sum() == 16  # the 4x4 outputs each reaches
+    # onnxruntime agrees but where its border columns multiply the inf by a zero weight (NaN).
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"X": x, "scales": s})[0]
+    both = np.isfinite(got) & np.isfinite(want)
+    assert both.sum() >= got.size - 40
+    np.testing.assert_allclose(got[both], want[both], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
 def test_resize_plans_follow_each_runs_shape_and_scales(mode: str) -> None:
     """A node remembers its plan per input shape and scales (making one took most of a small
