@@ -388,7 +388,12 @@ def _resize_plan(
                 if w[:, t].any()
             )
         matrix = None
-        if xp is np and mode != "nearest" and compute in (np.float32, np.float64) and n_in <= _DENSE_IN_PER_TAP * len(taps):
+        if (
+            xp is np
+            and mode != "nearest"
+            and compute in (np.float32, np.float64)
+            and n_in <= _DENSE_IN_PER_TAP * len(taps)
+        ):
             matrix = np.zeros((n_out, n_in), dtype=compute)
             for t in range(idx.shape[1]):
                 np.add.at(matrix, (np.arange(n_out), idx[:, t]), w[:, t])

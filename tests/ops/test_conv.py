@@ -180,6 +180,38 @@ def test_conv_paths_against_direct_reference(
 
 
 @pytest.mark.parametrize(
+    "xs,ws,pads,dilations,bias",
+    [
+        ((2, 5, 4, 6, 7), (3, 5, 3, 3, 3), [1, 1, 1, 1, 1, 1], [1, 1, 1], True),
+        ((1, 4, 6, 5, 9), (6, 4, 2, 3, 2), [0, 2, 1, 1, 0, 2], [2, 1, 3], False),  # asymmetric, dilated
+        ((1, 3, 3, 4, 4), (2, 3, 3, 3, 3), [3, 2, 3, 3, 4, 2], [1, 1, 1], True),  # pads past the kernel
+        ((1, 6, 5, 5, 5), (4, 6, 1, 3, 3), [0, 0, 0, 0, 0, 0], [1, 1, 1], True),  # unpadded, one plane
+    ],
+    ids=["3x3x3", "dilated-asymmetric", "wide-pads", "unpadded-1x3x3"],
+)
+def test_3d_convolution_as_products_per_tap(
+    monkeypatch: pytest.MonkeyPatch, xs: tuple, ws: tuple, pads: list[int], dilations: list[int], bias: bool
+) -> None:
+    """Large 3-D stride-1 convolutions add one product per tap, read from the flattened padded
+    input, into one result (MC3's 64-channel 8x56x56 layers: 173 MB of im2col columns). A zero
+    threshold takes that path for these small cases."""
+    from onnxpy.ops import conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "_TAP_ACCUMULATE_MIN_BYTES", 0)
+    calls: list[int] = []
+    original = conv_mod._conv3d_tap_accumulate
+    monkeypatch.setattr(conv_mod, "_conv3d_tap_accumulate", lambda *a: calls.append(1) or original(*a))
+    rng = np.random.default_rng(33)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32) if bias else None
+    got = conv_mod.conv_nd(np, x, w, b, pads=pads, dilations=dilations)
+    want = reference_conv(x, w, b, [1, 1, 1], pads, dilations, 1)
+    assert calls and got.shape == want.shape
+    assert_conv_close(got, want, term_scale(x, w, b, [1, 1, 1], pads, dilations, 1))
+
+
+@pytest.mark.parametrize(
     "xs,ws,pads",
     [
         ((1, 128, 27, 29), (128, 128, 3, 3), [1, 1, 1, 1]),  # F(4x4): 7 tile rows
@@ -794,3 +826,19 @@ def test_conv_plus_a_computed_term_that_broadcasts(case: str, kernel: int, relu:
     got = onnxpy.InferenceSession(data).run(None, feeds)[0]
     assert got.shape == want.shape == (2, 16, 8, 8)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_3d_products_per_tap_fall_back_without_blas(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another numpy build (no OpenBLAS routine to call): im2col, and the same numbers.
+    from onnxpy.ops import conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "_TAP_ACCUMULATE_MIN_BYTES", 0)
+    monkeypatch.setattr(conv_mod, "gemm_accumulate", lambda *a: False)
+    rng = np.random.default_rng(34)
+    x = rng.standard_normal((2, 3, 4, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    pads = [1, 0, 1, 1, 2, 1]
+    got = conv_mod.conv_nd(np, x, w, b, pads=pads)
+    want = reference_conv(x, w, b, [1, 1, 1], pads, [1, 1, 1], 1)
+    assert_conv_close(got, want, term_scale(x, w, b, [1, 1, 1], pads, [1, 1, 1], 1))
