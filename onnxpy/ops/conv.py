@@ -569,6 +569,8 @@ def _conv3d_tap_accumulate(
     kd, kh, kw = w.shape[2:]
     dd, dh, dw = dilations
     od, oh, ow = out
+    if kh == kw == 1 and begin[1] == begin[2] == 0 and tuple(out[1:]) == tuple(x.shape[3:]):
+        return _temporal_tap_accumulate(x, w, begin[0], od, dd, bias, into)
     # The padded extents the windows read, and one spare plane so the last tap's run stays in.
     dp, hp, wp = (o + d * (kk - 1) for o, d, kk in zip(out, dilations, (kd, kh, kw)))
     xpad = np.zeros((n, c, dp + 1, hp, wp), dtype=x.dtype)
@@ -595,6 +597,42 @@ def _conv3d_tap_accumulate(
             if not gemm_accumulate(per_tap[t], flat[img, :, off : off + run], acc):
                 return None
         y[img] = acc.reshape(m, od, hp, wp)[:, :, :oh, :ow]
+    return y
+
+
+def _temporal_tap_accumulate(
+    x: np.ndarray, w: np.ndarray, begin: int, od: int, dd: int, bias: np.ndarray | None, into: np.ndarray | None
+) -> np.ndarray | None:
+    """``_conv3d_tap_accumulate`` for a (k, 1, 1) kernel without padding across the planes'
+    rows and columns (R(2+1)D's temporal layers): tap a of output plane d reads input plane
+    d + a*dd - begin whole, so each tap is one product between runs of whole planes of the
+    input and of the result, with no padded copy and nothing to cut."""
+    n, c, depth = x.shape[:3]
+    m, kd = w.shape[0], w.shape[2]
+    hw = x.shape[3] * x.shape[4]
+    flat = np.ascontiguousarray(x).reshape(n, c, depth * hw)
+    per_tap = derived(
+        (w,),
+        ("conv3d-temporal", x.dtype.str),
+        lambda: np.ascontiguousarray(w[:, :, :, 0, 0].transpose(2, 0, 1).astype(x.dtype)),
+    )
+    y = np.empty((n, m, od, *x.shape[3:]), dtype=x.dtype) if into is None or not into.flags.c_contiguous else into
+    result = y.reshape(n, m, od * hw)
+    for img in range(n):
+        if bias is None:
+            result[img] = 0
+        else:
+            result[img] = bias.astype(x.dtype, copy=False)[:, None]
+        for a in range(kd):
+            shift = a * dd - begin  # output plane d reads input plane d + shift
+            d0, d1 = max(0, -shift), min(od, depth - shift)
+            if d0 < d1 and not gemm_accumulate(
+                per_tap[a], flat[img, :, (d0 + shift) * hw : (d1 + shift) * hw], result[img, :, d0 * hw : d1 * hw]
+            ):
+                return None
+    if into is not None and y is not into:
+        into[...] = y
+        return into
     return y
 
 

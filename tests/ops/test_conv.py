@@ -186,8 +186,20 @@ def test_conv_paths_against_direct_reference(
         ((1, 4, 6, 5, 9), (6, 4, 2, 3, 2), [0, 2, 1, 1, 0, 2], [2, 1, 3], False),  # asymmetric, dilated
         ((1, 3, 3, 4, 4), (2, 3, 3, 3, 3), [3, 2, 3, 3, 4, 2], [1, 1, 1], True),  # pads past the kernel
         ((1, 6, 5, 5, 5), (4, 6, 1, 3, 3), [0, 0, 0, 0, 0, 0], [1, 1, 1], True),  # unpadded, one plane
+        # (k, 1, 1) kernels (R(2+1)D's temporal layers): whole planes, no padded copy.
+        ((2, 5, 6, 4, 5), (3, 5, 3, 1, 1), [1, 0, 0, 1, 0, 0], [1, 1, 1], True),
+        ((1, 4, 7, 3, 3), (2, 4, 2, 1, 1), [2, 0, 0, 0, 0, 0], [3, 1, 1], False),
+        ((1, 3, 4, 2, 6), (2, 3, 2, 1, 1), [3, 0, 0, 2, 0, 0], [1, 1, 1], True),  # planes reading no input
     ],
-    ids=["3x3x3", "dilated-asymmetric", "wide-pads", "unpadded-1x3x3"],
+    ids=[
+        "3x3x3",
+        "dilated-asymmetric",
+        "wide-pads",
+        "unpadded-1x3x3",
+        "temporal",
+        "temporal-dilated",
+        "temporal-wide-pads",
+    ],  # fmt: skip
 )
 def test_3d_convolution_as_products_per_tap(
     monkeypatch: pytest.MonkeyPatch, xs: tuple, ws: tuple, pads: list[int], dilations: list[int], bias: bool
@@ -828,7 +840,8 @@ def test_conv_plus_a_computed_term_that_broadcasts(case: str, kernel: int, relu:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_3d_products_per_tap_fall_back_without_blas(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kernel", [(3, 3, 3), (3, 1, 1)])
+def test_3d_products_per_tap_fall_back_without_blas(monkeypatch: pytest.MonkeyPatch, kernel: tuple) -> None:
     # Another numpy build (no OpenBLAS routine to call): im2col, and the same numbers.
     from onnxpy.ops import conv as conv_mod
 
@@ -836,9 +849,9 @@ def test_3d_products_per_tap_fall_back_without_blas(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(conv_mod, "gemm_accumulate", lambda *a: False)
     rng = np.random.default_rng(34)
     x = rng.standard_normal((2, 3, 4, 5, 6)).astype(np.float32)
-    w = rng.standard_normal((4, 3, 3, 3, 3)).astype(np.float32)
+    w = rng.standard_normal((4, 3, *kernel)).astype(np.float32)
     b = rng.standard_normal(4).astype(np.float32)
-    pads = [1, 0, 1, 1, 2, 1]
+    pads = [1, 0, 1, 1, 2, 1] if kernel[1] > 1 else [1, 0, 0, 1, 0, 0]
     got = conv_mod.conv_nd(np, x, w, b, pads=pads)
     want = reference_conv(x, w, b, [1, 1, 1], pads, [1, 1, 1], 1)
     assert_conv_close(got, want, term_scale(x, w, b, [1, 1, 1], pads, [1, 1, 1], 1))
