@@ -660,7 +660,12 @@ def shape_memo(xp: Any, *args: Any, body: Any, keyed: int, ctx: Any = None) -> A
     if hit is not None:
         return hit
     names = ctx.implicit_inputs if ctx is not None else ()
-    outs = tuple(body.run(list(explicit), dict(zip(names, implicit))))
+    # A 0-d result can come back as a numpy scalar (np.float32): as an array it can be frozen and
+    # cached like the rest (Swin-T's memos, its windows' attention masks among them, ran on
+    # every call because one output of each was a scalar: 12 ms of a 122 ms run).
+    outs = tuple(
+        np.asarray(o) if isinstance(o, np.generic) else o for o in body.run(list(explicit), dict(zip(names, implicit)))
+    )
     if all(isinstance(o, np.ndarray) for o in outs):
         for o in outs:
             o.flags.writeable = False  # shared by every later run: nobody may write into it
