@@ -141,9 +141,14 @@ def _gelu_finish(xp: Any, v: Any, u: Any, q: Any) -> None:
 
 def _gelu32_blocked(v: np.ndarray) -> np.ndarray:
     """``gelu32`` of a large host array, _GELU_BLOCK values at a time through two reused
-    temporaries; the same operations, so the same bits."""
-    flat = np.ascontiguousarray(v).reshape(-1)
-    y = np.empty(flat.size, dtype=np.float32)
+    temporaries; the same operations, so the same bits. Blocks run in v's memory order and the
+    result keeps it (a channels-last convolution's result is not copied across first: MaxViT's
+    GELUs on 256x56x56 maps 1.6 ms a call that way)."""
+    order = sorted(range(v.ndim), key=lambda axis: -v.strides[axis])
+    if not v.transpose(order).flags.c_contiguous:
+        v, order = np.ascontiguousarray(v), list(range(v.ndim))
+    result = np.empty_like(v)  # v's memory order
+    flat, y = v.transpose(order).reshape(-1), result.transpose(order).reshape(-1)
     u = np.empty(_GELU_BLOCK, dtype=np.float32)
     q = np.empty(_GELU_BLOCK, dtype=np.float32)
     lead = np.float32(_GELU_Q[-1])
@@ -155,7 +160,7 @@ def _gelu32_blocked(v: np.ndarray) -> np.ndarray:
             np.multiply(ub, lead, out=qb)
             _gelu_finish(np, block, ub, qb)
             np.divide(block, qb, out=y[start : start + block.size])
-    return y.reshape(v.shape)
+    return result
 
 
 def erf(xp: Any, x: Any) -> Any:

@@ -65,7 +65,8 @@ def test_large_gelu_in_blocks_gives_the_whole_array_bits(monkeypatch: pytest.Mon
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((3, 50_003)) * 6).astype(np.float32)
     x[0, :5] = [np.nan, np.inf, -np.inf, 3e38, -3e38]
-    layouts = {"contiguous": x, "transposed": x.T, "strided": x[:, ::2]}
+    nhwc = (rng.standard_normal((1, 30, 40, 64)) * 6).astype(np.float32)
+    layouts = {"contiguous": x, "transposed": x.T, "strided": x[:, ::2], "channels_last": nhwc.transpose(0, 3, 1, 2)}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # overflow stays silent in blocks too
         blocked = {k: _erf.gelu32(np, v) for k, v in layouts.items()}
@@ -74,4 +75,7 @@ def test_large_gelu_in_blocks_gives_the_whole_array_bits(monkeypatch: pytest.Mon
         assert v.size > 2 * (1 << 15), name
         whole = _erf.gelu32(np, v)
         assert blocked[name].shape == v.shape and blocked[name].dtype == np.float32
+        # blocks run in the input's memory order, and the result keeps it
+        if name in ("transposed", "channels_last"):
+            assert not blocked[name].flags.c_contiguous and blocked[name].strides == v.strides
         np.testing.assert_array_equal(blocked[name], whole, err_msg=name)
