@@ -113,19 +113,20 @@ _GELU_Q = (
 _GELU_BLOCK = 1 << 15
 
 
-def gelu32(xp: Any, x: Any) -> Any:
-    """GELU (erf form) of a float32 array, in a fresh float32 array."""
+def gelu32(xp: Any, x: Any, out: Any = None) -> Any:
+    """GELU (erf form) of a float32 array, in a fresh float32 array or into ``out`` (x's shape,
+    float32; may be x itself)."""
     if x.ndim == 0:  # arithmetic on 0-d arrays gives scalars, which the in-place passes need not be
-        return gelu32(xp, x.reshape(1)).reshape(())
+        return gelu32(xp, x.reshape(1), None if out is None else out.reshape(1)).reshape(())
     v = x.astype(np.float32, copy=False)
     if xp is np and v.size > 2 * _GELU_BLOCK:
-        return _gelu32_blocked(v)
+        return _gelu32_blocked(v, out)
     # Huge |x| overflow u and Q(u) to +-inf on purpose (see above): no warnings for that.
     with np.errstate(over="ignore", invalid="ignore"):
         u = v * v
         q = u * np.float32(_GELU_Q[-1])
         _gelu_finish(xp, v, u, q)
-        return xp.divide(v, q, out=q)
+        return xp.divide(v, q, out=q if out is None else out)
 
 
 def _gelu_finish(xp: Any, v: Any, u: Any, q: Any) -> None:
@@ -139,15 +140,18 @@ def _gelu_finish(xp: Any, v: Any, u: Any, q: Any) -> None:
     q += np.float32(1.0)
 
 
-def _gelu32_blocked(v: np.ndarray) -> np.ndarray:
+def _gelu32_blocked(v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``gelu32`` of a large host array, _GELU_BLOCK values at a time through two reused
     temporaries; the same operations, so the same bits. Blocks run in v's memory order and the
     result keeps it (a channels-last convolution's result is not copied across first: MaxViT's
-    GELUs on 256x56x56 maps 1.6 ms a call that way)."""
+    GELUs on 256x56x56 maps 1.6 ms a call that way). Into ``out`` when given."""
     order = sorted(range(v.ndim), key=lambda axis: -v.strides[axis])
     if not v.transpose(order).flags.c_contiguous:
         v, order = np.ascontiguousarray(v), list(range(v.ndim))
-    result = np.empty_like(v)  # v's memory order
+    result = np.empty_like(v) if out is None else out  # v's memory order
+    if not result.transpose(order).flags.c_contiguous:  # an out in another order
+        result[...] = _gelu32_blocked(v)
+        return result
     flat, y = v.transpose(order).reshape(-1), result.transpose(order).reshape(-1)
     u = np.empty(_GELU_BLOCK, dtype=np.float32)
     q = np.empty(_GELU_BLOCK, dtype=np.float32)

@@ -18,10 +18,11 @@ from ._clamp import clamp, floor_at, np_clip
 from ._compat import broadcasts_into, check_alloc, host_ints
 from ._depthwise import pointwise_depthwise_channels_last
 from ._derived import derived
+from ._erf import gelu32
 from ._layout import is_channels_last
 from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
-from .elementwise import logistic, swish
+from .elementwise import gelu, logistic, swish
 from .nn import gemm
 from .pool import _max_pool
 from .registry import memoized, op
@@ -63,6 +64,11 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
         return _clip(xp)(y, t(0), t(1), out=y)
     if activation == "Swish":
         return swish(xp, y, params[0] if params else 1.0, out=y)
+    if activation == "Gelu":
+        if y.dtype == np.float32:
+            return gelu32(xp, y, out=y)
+        y[...] = gelu(xp, y)
+        return y
     if activation == "HardSwish":
         gate = xp.multiply(y, t(1 / 6))  # one temporary, the clip ufunc in place
         gate += t(0.5)
@@ -76,7 +82,7 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
 
 # Activations apply_activation computes in place on any array (and so on any block of one).
 IN_PLACE_ACTIVATIONS = frozenset(
-    {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "FakeQuant"}
+    {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu", "FakeQuant"}
 )
 
 
@@ -606,8 +612,6 @@ def sibling_conv(
 def fused_gelu(xp: Any, X: Any, *, scale: float = 1.0) -> Any:  # noqa: N803
     """x * 0.5 * (1 + erf(x * scale / sqrt(2))), from an exporter's decomposed pattern: GELU at
     scale 1, else gelu(x * scale) / scale (its divisor was not sqrt(2), as in a float16 model)."""
-    from .elementwise import gelu
-
     if scale == 1.0:
         return gelu(xp, X)
     s = X.dtype.type(scale) if X.dtype.kind == "f" else scale

@@ -2,8 +2,8 @@
 
 - Conv -> Add/Sum(residual) becomes onnxpy.fused.FusedConv with the residual as its 4th input.
 - Conv / FusedConv / ChannelAffine / Gemm / MatMul+bias followed by an activation (Relu,
-  LeakyRelu, Clip with constant bounds, Sigmoid, Tanh, HardSigmoid, HardSwish, Swish (fused by
-  fuse_patterns.py from Sigmoid and Mul) and FakeQuant: a
+  LeakyRelu, Clip with constant bounds, Sigmoid, Tanh, HardSigmoid, HardSwish, Swish and GELU
+  (erf form; both also fused by fuse_patterns.py from their decomposed forms) and FakeQuant: a
   QuantizeLinear -> DequantizeLinear pair, see fuse_fake_quant.py) carry the activation
   as an attribute and apply it in place.
 - MatMul followed by Add of a constant vector over the last axis becomes FusedMatMul(A, B, bias),
@@ -27,6 +27,11 @@ def activation_of(graph: Graph, node: Node) -> tuple[str, list[float]] | None:
         return "FakeQuant", list(node.attrs["activation_params"])
     if node.domain == FUSED_DOMAIN and node.op_type == "Swish":
         return "Swish", [float(node.attrs.get("alpha", 1.0))]
+    if node.op_type == "Gelu" and (
+        (node.domain == FUSED_DOMAIN and float(node.attrs.get("scale", 1.0)) == 1.0)
+        or (not node.domain and node.attrs.get("approximate", "none") == "none")
+    ):
+        return "Gelu", []
     if node.domain:
         return None
     op = node.op_type

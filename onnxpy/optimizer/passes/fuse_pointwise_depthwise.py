@@ -11,8 +11,8 @@ Fused when, in float32 with static weight shapes:
 
 - the 1x1 convolution has stride 1, no padding, no residual input, at most 8 groups (a grouped
   one, with or without ShuffleNet's channel shuffle, becomes one dense GEMM with block-diagonal
-  weights) and an activation f with f(0) = 0 (none, Relu, LeakyRelu, Tanh, HardSwish, Swish, FakeQuant,
-  or Clip whose range holds 0), since the border must stay 0 after it;
+  weights) and an activation f with f(0) = 0 (none, Relu, LeakyRelu, Tanh, HardSwish, Swish,
+  GELU, FakeQuant, or Clip whose range holds 0), since the border must stay 0 after it;
 - its output is read by the depthwise convolution alone (group = channels, one input channel
   per group, a 2-D kernel larger than 1x1, dilation 1, no residual input, no shuffle).
 
@@ -27,7 +27,7 @@ from ..rewrite import FUSED_DOMAIN, Sweep, is_conv
 from .fuse_activation import CONV_ATTRS, activation_of
 
 # Activations that map 0 to 0 (Clip is checked against its bounds).
-_ZERO_PRESERVING = frozenset({"", "Relu", "LeakyRelu", "Tanh", "HardSwish", "Swish", "Clip", "FakeQuant"})
+_ZERO_PRESERVING = frozenset({"", "Relu", "LeakyRelu", "Tanh", "HardSwish", "Swish", "Gelu", "Clip", "FakeQuant"})
 
 
 # A grouped 1x1 convolution runs as a dense GEMM with block-diagonal weights: g times the
