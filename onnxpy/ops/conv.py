@@ -447,12 +447,16 @@ def _conv_dispatch(
     elif nd == 2 and group == 1 and _tap_sum_pays(strides, c, m):
         return _conv2d_tap_sum(xp, x, w, begin, end, out, dilations, b, into)
     elif xp is np and nd == 3 and group == 1 and all(s == 1 for s in strides) and _tap_accumulate_pays(c, k, o):
-        y = _conv3d_tap_accumulate(x, w, begin, out, dilations, b, into)
+        y = _conv_tap_accumulate(x, w, begin, out, dilations, b, into)
         if y is not None:
             return y
         y = _im2col_gemm(xp, pad_input(xp, x, begin, end, out, ext, strides, 0), w, k, strides, dilations, out, 1)
     elif tile:
         return _winograd(xp, x, w, begin, out, tile, b, into)
+    elif (xp is np and nd == 2 and group == 1 and all(s == 1 for s in strides) and _tap_accumulate_pays(c, k, o)) and (
+        y := _conv_tap_accumulate(x, w, begin, out, dilations, b, into)
+    ) is not None:
+        return y
     elif nd == 2 and all(s == 1 for s in strides) and group > 1 and (cg > 1 or mg == 1):
         # Grouped stride 1: each im2col row is one contiguous run of the padded input ("padded
         # width"). For group 1 the plain im2col below wins: its GEMM carries the bias and writes
@@ -538,17 +542,21 @@ def _conv2d_padded_width(
     return y
 
 
-# im2col columns of more than this many bytes per image make a 3-D stride-1 convolution
-# accumulate one product per tap instead (_conv3d_tap_accumulate). On MC3 and R(2+1)D any
-# threshold from 0 to 32 MB gave the same run time.
+# im2col columns of more than this many bytes per image make a stride-1 convolution
+# accumulate one product per tap instead (_conv_tap_accumulate). 3-D: on MC3 and R(2+1)D any
+# threshold from 0 to 32 MB gave the same run time. 2-D, where the other paths are tuned:
+# 15-25% faster with 25 MB of columns (Inception v3's 32 -> 32 and 32 -> 64 on 147x147),
+# even at 14.5 MB (80 -> 192 on 71x71), slower at 7 MB (64 -> 192 on 56x56: 2.9 against 2.4 ms).
 _TAP_ACCUMULATE_MIN_BYTES = 8 << 20
+_TAP_ACCUMULATE_MIN_BYTES_2D = 16 << 20
 
 
 def _tap_accumulate_pays(c: int, k: list[int], positions: int) -> bool:
-    return c * math.prod(k) * positions * 4 > _TAP_ACCUMULATE_MIN_BYTES
+    threshold = _TAP_ACCUMULATE_MIN_BYTES_2D if len(k) == 2 else _TAP_ACCUMULATE_MIN_BYTES
+    return c * math.prod(k) * positions * 4 > threshold
 
 
-def _conv3d_tap_accumulate(
+def _conv_tap_accumulate(
     x: np.ndarray,
     w: np.ndarray,
     begin: list[int],
@@ -557,37 +565,37 @@ def _conv3d_tap_accumulate(
     bias: np.ndarray | None,
     into: np.ndarray | None,
 ) -> np.ndarray | None:
-    """A 3-D stride-1 convolution as one BLAS product per tap, added into one result: in the
-    padded input flattened per channel, tap (a, i, j) of every output position sits at one
+    """A 2-D or 3-D stride-1 convolution as one BLAS product per tap, added into one result: in
+    the padded input flattened per channel, each tap of every output position sits at one
     fixed offset, so each tap's operand is a plain 2-D view (channels x positions) and nothing
-    is copied but the padding. The positions run over whole padded planes and rows; the
-    columns and rows past the output are cut when the result is written. im2col's columns
+    is copied but the padding. The positions run over whole padded rows (and planes); the
+    columns (and rows) past the output are cut when the result is written. im2col's columns
     were 27 copies of the input: 173 MB for MC3's 64-channel 8x56x56 layers (60-80 ms a
     layer, 25 this way). None where BLAS cannot take the operands."""
     n, c = x.shape[:2]
     m = w.shape[0]
-    kd, kh, kw = w.shape[2:]
-    dd, dh, dw = dilations
-    od, oh, ow = out
-    if kh == kw == 1 and begin[1] == begin[2] == 0 and tuple(out[1:]) == tuple(x.shape[3:]):
-        return _temporal_tap_accumulate(x, w, begin[0], od, dd, bias, into)
-    # The padded extents the windows read, and one spare plane so the last tap's run stays in.
-    dp, hp, wp = (o + d * (kk - 1) for o, d, kk in zip(out, dilations, (kd, kh, kw)))
-    xpad = np.zeros((n, c, dp + 1, hp, wp), dtype=x.dtype)
-    src = x[:, :, : max(0, dp - begin[0]), : max(0, hp - begin[1]), : max(0, wp - begin[2])]
-    d1, h1, w1 = (b + s for b, s in zip(begin, src.shape[2:]))
-    xpad[:, :, begin[0] : d1, begin[1] : h1, begin[2] : w1] = src
+    k = w.shape[2:]
+    nd = len(k)
+    if nd == 3 and k[1] == k[2] == 1 and begin[1] == begin[2] == 0 and tuple(out[1:]) == tuple(x.shape[3:]):
+        return _temporal_tap_accumulate(x, w, begin[0], out[0], dilations[0], bias, into)
+    # The padded extents the windows read, and one spare row (plane) so the last tap's run stays in.
+    ext = [o + d * (kk - 1) for o, d, kk in zip(out, dilations, k)]
+    xpad = np.zeros((n, c, ext[0] + 1, *ext[1:]), dtype=x.dtype)
+    src = x[(slice(None), slice(None), *(slice(0, max(0, e - b)) for e, b in zip(ext, begin)))]
+    xpad[(slice(None), slice(None), *(slice(b, b + s) for b, s in zip(begin, src.shape[2:])))] = src
     flat = xpad.reshape(n, c, -1)
-    run = od * hp * wp
+    run = out[0] * math.prod(ext[1:])
     # (taps, M, C): each tap's weights one contiguous matrix; cached for constant weights.
     per_tap = derived(
         (w,),
-        ("conv3d-taps", x.dtype.str),
-        lambda: np.ascontiguousarray(w.transpose(2, 3, 4, 0, 1).astype(x.dtype).reshape(kd * kh * kw, m, c)),
+        ("conv-taps", x.dtype.str),
+        lambda: np.ascontiguousarray(w.transpose(*range(2, 2 + nd), 0, 1).astype(x.dtype).reshape(math.prod(k), m, c)),
     )
-    offsets = [(a * dd * hp + i * dh) * wp + j * dw for a in range(kd) for i in range(kh) for j in range(kw)]
-    y = np.empty((n, m, od, oh, ow), dtype=x.dtype) if into is None else into
+    steps = [math.prod(ext[i + 1 :]) * dilations[i] for i in range(nd)]  # flat offset per tap step
+    offsets = [sum(t * s for t, s in zip(tap, steps)) for tap in np.ndindex(*k)]
+    y = np.empty((n, m, *out), dtype=x.dtype) if into is None else into
     acc = np.empty((m, run), dtype=x.dtype)
+    crop = (slice(None), slice(None), *(slice(0, o) for o in out[1:]))
     for img in range(n):
         if bias is None:
             acc[...] = 0
@@ -596,14 +604,14 @@ def _conv3d_tap_accumulate(
         for t, off in enumerate(offsets):
             if not gemm_accumulate(per_tap[t], flat[img, :, off : off + run], acc):
                 return None
-        y[img] = acc.reshape(m, od, hp, wp)[:, :, :oh, :ow]
+        y[img] = acc.reshape(m, out[0], *ext[1:])[crop]
     return y
 
 
 def _temporal_tap_accumulate(
     x: np.ndarray, w: np.ndarray, begin: int, od: int, dd: int, bias: np.ndarray | None, into: np.ndarray | None
 ) -> np.ndarray | None:
-    """``_conv3d_tap_accumulate`` for a (k, 1, 1) kernel without padding across the planes'
+    """``_conv_tap_accumulate`` for a (k, 1, 1) kernel without padding across the planes'
     rows and columns (R(2+1)D's temporal layers): tap a of output plane d reads input plane
     d + a*dd - begin whole, so each tap is one product between runs of whole planes of the
     input and of the result, with no padded copy and nothing to cut."""

@@ -211,8 +211,8 @@ def test_3d_convolution_as_products_per_tap(
 
     monkeypatch.setattr(conv_mod, "_TAP_ACCUMULATE_MIN_BYTES", 0)
     calls: list[int] = []
-    original = conv_mod._conv3d_tap_accumulate
-    monkeypatch.setattr(conv_mod, "_conv3d_tap_accumulate", lambda *a: calls.append(1) or original(*a))
+    original = conv_mod._conv_tap_accumulate
+    monkeypatch.setattr(conv_mod, "_conv_tap_accumulate", lambda *a: calls.append(1) or original(*a))
     rng = np.random.default_rng(33)
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)
@@ -838,6 +838,42 @@ def test_conv_plus_a_computed_term_that_broadcasts(case: str, kernel: int, relu:
     got = onnxpy.InferenceSession(data).run(None, feeds)[0]
     assert got.shape == want.shape == (2, 16, 8, 8)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "xs,ws,pads,dilations,bias",
+    [
+        ((2, 5, 9, 11), (4, 5, 3, 3), [1, 1, 1, 1], [1, 1], True),
+        ((1, 4, 10, 9), (3, 4, 3, 2), [0, 2, 1, 1], [2, 3], False),  # asymmetric, dilated
+        ((1, 3, 6, 7), (2, 3, 5, 5), [4, 3, 2, 4], [1, 1], True),  # pads past the kernel
+        ((1, 6, 8, 8), (5, 6, 1, 4), [0, 0, 0, 0], [1, 1], True),  # unpadded, 1x4
+    ],
+    ids=["3x3", "dilated-asymmetric", "5x5-wide-pads", "unpadded-1x4"],
+)
+def test_2d_convolution_as_products_per_tap(
+    monkeypatch: pytest.MonkeyPatch, xs: tuple, ws: tuple, pads: list[int], dilations: list[int], bias: bool
+) -> None:
+    """Stride-1 2-D layers with large im2col columns (Inception v3's 147x147 maps: 25 MB) add
+    one product per tap instead; a zero threshold takes that path here."""
+    from onnxpy.ops import conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "_TAP_ACCUMULATE_MIN_BYTES_2D", 0)
+    calls: list[int] = []
+    original = conv_mod._conv_tap_accumulate
+    monkeypatch.setattr(conv_mod, "_conv_tap_accumulate", lambda *a: calls.append(1) or original(*a))
+    rng = np.random.default_rng(35)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32) if bias else None
+    got = conv_mod.conv_nd(np, x, w, b, pads=pads, dilations=dilations)
+    want = reference_conv(x, w, b, [1, 1], pads, dilations, 1)
+    assert calls and got.shape == want.shape
+    assert_conv_close(got, want, term_scale(x, w, b, [1, 1], pads, dilations, 1))
+    # Grouped and strided layers keep their own paths.
+    grouped = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    conv_mod.conv_nd(np, grouped, rng.standard_normal((4, 2, 3, 3)).astype(np.float32), group=2, pads=[1, 1, 1, 1])
+    conv_mod.conv_nd(np, x, w, b, pads=pads, dilations=dilations, strides=[2, 1])
+    assert len(calls) == 1
 
 
 @pytest.mark.parametrize("kernel", [(3, 3, 3), (3, 1, 1)])
