@@ -207,20 +207,36 @@ def test_3d_convolution_as_products_per_tap(
     """Large 3-D stride-1 convolutions add one product per tap, read from the flattened padded
     input, into one result (MC3's 64-channel 8x56x56 layers: 173 MB of im2col columns). A zero
     threshold takes that path for these small cases."""
+    _check_per_tap(monkeypatch, "_TAP_ACCUMULATE_MIN_BYTES", xs, ws, pads, dilations, bias)
+
+
+def _check_per_tap(
+    monkeypatch: pytest.MonkeyPatch,
+    threshold: str,
+    xs: tuple,
+    ws: tuple,
+    pads: list[int],
+    dilations: list[int],
+    bias: bool,
+) -> list[int]:
+    """Runs conv_nd with the per-tap path's ``threshold`` at 0, checks the result against the
+    direct reference and that the path ran; returns the list its later calls append to."""
     from onnxpy.ops import conv as conv_mod
 
-    monkeypatch.setattr(conv_mod, "_TAP_ACCUMULATE_MIN_BYTES", 0)
+    monkeypatch.setattr(conv_mod, threshold, 0)
     calls: list[int] = []
     original = conv_mod._conv_tap_accumulate
     monkeypatch.setattr(conv_mod, "_conv_tap_accumulate", lambda *a: calls.append(1) or original(*a))
-    rng = np.random.default_rng(33)
+    rng = np.random.default_rng(zlib.crc32(repr((xs, ws, pads)).encode()))
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)
     b = rng.standard_normal(ws[0]).astype(np.float32) if bias else None
+    ones = [1] * (len(xs) - 2)
     got = conv_mod.conv_nd(np, x, w, b, pads=pads, dilations=dilations)
-    want = reference_conv(x, w, b, [1, 1, 1], pads, dilations, 1)
+    want = reference_conv(x, w, b, ones, pads, dilations, 1)
     assert calls and got.shape == want.shape
-    assert_conv_close(got, want, term_scale(x, w, b, [1, 1, 1], pads, dilations, 1))
+    assert_conv_close(got, want, term_scale(x, w, b, ones, pads, dilations, 1))
+    return calls
 
 
 @pytest.mark.parametrize(
@@ -857,22 +873,12 @@ def test_2d_convolution_as_products_per_tap(
     one product per tap instead; a zero threshold takes that path here."""
     from onnxpy.ops import conv as conv_mod
 
-    monkeypatch.setattr(conv_mod, "_TAP_ACCUMULATE_MIN_BYTES_2D", 0)
-    calls: list[int] = []
-    original = conv_mod._conv_tap_accumulate
-    monkeypatch.setattr(conv_mod, "_conv_tap_accumulate", lambda *a: calls.append(1) or original(*a))
-    rng = np.random.default_rng(35)
-    x = rng.standard_normal(xs).astype(np.float32)
-    w = rng.standard_normal(ws).astype(np.float32)
-    b = rng.standard_normal(ws[0]).astype(np.float32) if bias else None
-    got = conv_mod.conv_nd(np, x, w, b, pads=pads, dilations=dilations)
-    want = reference_conv(x, w, b, [1, 1], pads, dilations, 1)
-    assert calls and got.shape == want.shape
-    assert_conv_close(got, want, term_scale(x, w, b, [1, 1], pads, dilations, 1))
+    calls = _check_per_tap(monkeypatch, "_TAP_ACCUMULATE_MIN_BYTES_2D", xs, ws, pads, dilations, bias)
     # Grouped and strided layers keep their own paths.
-    grouped = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
-    conv_mod.conv_nd(np, grouped, rng.standard_normal((4, 2, 3, 3)).astype(np.float32), group=2, pads=[1, 1, 1, 1])
-    conv_mod.conv_nd(np, x, w, b, pads=pads, dilations=dilations, strides=[2, 1])
+    rng = np.random.default_rng(35)
+    x, w = rng.standard_normal((1, 4, 8, 8)).astype(np.float32), rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    conv_mod.conv_nd(np, x, w, group=2, pads=[1, 1, 1, 1])
+    conv_mod.conv_nd(np, x, w[:, :1].repeat(4, axis=1), pads=[1, 1, 1, 1], strides=[2, 1])
     assert len(calls) == 1
 
 
