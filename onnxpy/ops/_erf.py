@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ._clamp import np_clip
+from ._layout import flat_in_memory_order
 
 _K = 3.0
 
@@ -145,14 +146,12 @@ def _gelu32_blocked(v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     temporaries; the same operations, so the same bits. Blocks run in v's memory order and the
     result keeps it (a channels-last convolution's result is not copied across first: MaxViT's
     GELUs on 256x56x56 maps 1.6 ms a call that way). Into ``out`` when given."""
-    order = sorted(range(v.ndim), key=lambda axis: -v.strides[axis])
-    if not v.transpose(order).flags.c_contiguous:
-        v, order = np.ascontiguousarray(v), list(range(v.ndim))
-    result = np.empty_like(v) if out is None else out  # v's memory order
-    if not result.transpose(order).flags.c_contiguous:  # an out in another order
-        result[...] = _gelu32_blocked(v)
+    result = np.empty_like(v) if out is None else out  # v's memory order where it has one
+    views = flat_in_memory_order(v, result)
+    if views is None:  # v is not one run, or out runs in another order
+        result[...] = _gelu32_blocked(np.ascontiguousarray(v))
         return result
-    flat, y = v.transpose(order).reshape(-1), result.transpose(order).reshape(-1)
+    flat, y = views
     u = np.empty(_GELU_BLOCK, dtype=np.float32)
     q = np.empty(_GELU_BLOCK, dtype=np.float32)
     lead = np.float32(_GELU_Q[-1])

@@ -20,6 +20,19 @@ import numpy as np
 from ._blas import transpose_into
 
 
+def flat_in_memory_order(x: Any, out: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """``x`` and ``out`` as 1-D views that match element for element, where both lie in one
+    contiguous run in the same memory order (C order, channels-last, ...); else None. Lets an
+    elementwise kernel work in blocks of a channels-last result without copying it across."""
+    if not isinstance(x, np.ndarray) or not isinstance(out, np.ndarray) or x.shape != out.shape:
+        return None
+    order = sorted(range(x.ndim), key=lambda axis: -x.strides[axis])
+    xt, ot = x.transpose(order), out.transpose(order)
+    if not (xt.flags.c_contiguous and ot.flags.c_contiguous):
+        return None
+    return xt.reshape(-1), ot.reshape(-1)
+
+
 def is_channels_last(x: Any) -> bool:
     """True for a 4-D numpy array whose channel axis is the contiguous one (C > 1)."""
     return (

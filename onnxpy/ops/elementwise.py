@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _erf
 from ._clamp import clamp, floor_at, np_clip
+from ._layout import flat_in_memory_order
 from .registry import op
 
 
@@ -222,7 +223,7 @@ def swish(xp: Any, x: Any, alpha: float = 1.0, out: Any = None) -> Any:
         return out
     if out is None:
         out = xp.empty_like(x)  # x's memory order (a channels-last result stays channels-last)
-    flat = _flat_pair(x, out) if xp is np and x.size > 2 * _SWISH_BLOCK else None
+    flat = flat_in_memory_order(x, out) if xp is np and x.size > 2 * _SWISH_BLOCK else None
     if flat is not None:
         flat_x, flat_out = flat
         t = np.empty(_SWISH_BLOCK, dtype=x.dtype)
@@ -244,18 +245,6 @@ def _swish_into(xp: Any, x: Any, alpha: float, t: Any, out: Any) -> None:
         xp.exp(t, out=t)
         t += 1
         xp.divide(x, t, out=out)
-
-
-def _flat_pair(x: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """``x`` and ``out`` as 1-D views that match element for element, where both lie in one
-    contiguous run in the same memory order (C order, channels-last, ...); else None."""
-    if not isinstance(x, np.ndarray) or not isinstance(out, np.ndarray):
-        return None
-    order = sorted(range(x.ndim), key=lambda axis: -x.strides[axis])
-    xt, ot = x.transpose(order), out.transpose(order)
-    if not (xt.flags.c_contiguous and ot.flags.c_contiguous):
-        return None
-    return xt.reshape(-1), ot.reshape(-1)
 
 
 @op("Tanh", 6)
