@@ -279,15 +279,19 @@ def test_resize_dtypes(dtype: Any, mode: str) -> None:
 
 
 def test_resize_linear_int64_and_float16_follow_float_math() -> None:
-    x = (RNG.standard_normal((1, 1, 5, 6)) * 40).astype(np.float64)
+    # A generator of its own: with the module's, the values depended on which tests ran before.
+    x = (np.random.default_rng(52).standard_normal((1, 1, 5, 6)) * 40).astype(np.float64)
     s = np.array([1, 1, 1.6, 0.5], dtype=np.float32)
     (ref,) = run_ours("Resize", {"X": x, "roi": None, "scales": s}, 19, mode="linear")
     (got_i,) = run_ours("Resize", {"X": x.astype(np.int64), "roi": None, "scales": s}, 19, mode="linear")
-    # Integers interpolate in float32 (as onnxruntime) and truncate toward zero.
+    # Integers interpolate in float32 (as onnxruntime) and truncate toward zero, but for values
+    # within 1e-3 of an integer, which are that integer (127 * weights summing to 1 is 126.99999).
     (ref_i,) = run_ours(
         "Resize", {"X": x.astype(np.int64).astype(np.float32), "roi": None, "scales": s}, 19, mode="linear"
     )
-    np.testing.assert_array_equal(got_i, np.trunc(ref_i).astype(np.int64))
+    nearest = np.rint(ref_i)
+    want_i = np.where(np.abs(ref_i - nearest) < 1e-3, nearest, np.trunc(ref_i)).astype(np.int64)
+    np.testing.assert_array_equal(got_i, want_i)
     (got_h,) = run_ours("Resize", {"X": x.astype(np.float16), "roi": None, "scales": s}, 19, mode="linear")
     assert got_h.dtype == np.float16
     np.testing.assert_allclose(got_h.astype(np.float64), ref, rtol=2e-3, atol=0.05)
