@@ -446,17 +446,17 @@ def _conv_dispatch(
         y = _conv2d_tap_regions(xp, x, w, geo.regions, out, into)  # the bias is added below
     elif nd == 2 and group == 1 and _tap_sum_pays(strides, c, m):
         return _conv2d_tap_sum(xp, x, w, begin, end, out, dilations, b, into)
-    elif xp is np and nd == 3 and group == 1 and all(s == 1 for s in strides) and _tap_accumulate_pays(c, k, o):
-        y = _conv_tap_accumulate(x, w, begin, out, dilations, b, into)
-        if y is not None:
-            return y
-        y = _im2col_gemm(xp, pad_input(xp, x, begin, end, out, ext, strides, 0), w, k, strides, dilations, out, 1)
     elif tile:
         return _winograd(xp, x, w, begin, out, tile, b, into)
-    elif (xp is np and nd == 2 and group == 1 and all(s == 1 for s in strides) and _tap_accumulate_pays(c, k, o)) and (
-        y := _conv_tap_accumulate(x, w, begin, out, dilations, b, into)
-    ) is not None:
-        return y
+    elif (
+        xp is np
+        and nd in (2, 3)
+        and group == 1
+        and all(s == 1 for s in strides)
+        and _tap_accumulate_pays(c, k, o)
+        and (y := _conv_tap_accumulate(x, w, begin, out, dilations, b, into)) is not None
+    ):
+        return y  # (None: no BLAS routine to call; im2col below)
     elif nd == 2 and all(s == 1 for s in strides) and group > 1 and (cg > 1 or mg == 1):
         # Grouped stride 1: each im2col row is one contiguous run of the padded input ("padded
         # width"). For group 1 the plain im2col below wins: its GEMM carries the bias and writes
