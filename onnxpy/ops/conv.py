@@ -512,20 +512,9 @@ def _conv2d_padded_width(
     cg, mg = c // group, m // group
     item = xpad.itemsize
     y = xp.empty((n, m, oh, ow), dtype=x.dtype) if into is None else into
-    if cg == 1 and mg == 1:
-        # Depthwise: per channel, a (1 x K) @ (K x run) product over the same contiguous runs.
-        view = _as_strided(
-            xp, xpad, (c, kh, kw, n, run), (hp * wp * item, dh * wp * item, dw * item, c * hp * wp * item, item)
-        )
-        prod = xp.matmul(w.reshape(c, 1, kh * kw), view.reshape(c, kh * kw, n * run))  # (c, 1, n * run)
-        full = prod.reshape(c, n, oh, wp)[:, :, :, :ow].transpose(1, 0, 2, 3)
-        if bias is None:
-            y[...] = full
-        else:
-            xp.add(full, bias.reshape(1, c, 1, 1), out=y)
-        return y
-    # Every group at once: a (group, cg, kh, kw, n, run) view -> (group, cg*kh*kw, n*run) copy of
-    # contiguous runs, one stacked product, one pass cropping the rows and adding the bias. (A
+    # Every group at once (a depthwise layer: one channel per group): a (group, cg, kh, kw, n,
+    # run) view -> (group, cg*kh*kw, n*run) copy of contiguous runs, one stacked product, one
+    # pass cropping the rows and adding the bias. (A
     # loop over groups made three numpy calls a group: RegNet's 25-group 3x3 on 400x7x7 285 us,
     # onnxruntime 45.)
     plane = hp * wp * item
