@@ -352,6 +352,8 @@ def _separable_clipped(
         return None
     if isinstance(plan, _BlockedPlan):
         return _run_blocked(x, plan, combine, floor)
+    if isinstance(plan, _ChannelBlocks):
+        return _run_channel_blocks(x, plan, out, combine, floor)
     cur = src
     for p in plan:
         cur = _run_pass(xp, cur, p, combine)
@@ -410,6 +412,16 @@ class _BlockedPlan(NamedTuple):
     subsampled_last: _PassPlan | None
 
 
+class _ChannelBlocks(NamedTuple):
+    """A stride-1 2-D reduction replayed on ``per_block`` whole channels of one image at a
+    time (``_run_channel_blocks``): ``full`` the passes of a full block, ``last`` those of the
+    last, shorter one (``full`` again where the blocks divide the channels)."""
+
+    per_block: int
+    full: tuple[_PassPlan, ...]
+    last: tuple[_PassPlan, ...]
+
+
 # A 2-D window reduction over more than this many bytes runs a block of planes at a time, each
 # block's passes in L2: a whole-array pass runs from L3 at about 25 GB/s on the benchmark
 # machine, a pass over 256 KB in L2 at about 57. SqueezeNet's first 3x3/2 max pool (64x111x111)
@@ -418,6 +430,17 @@ class _BlockedPlan(NamedTuple):
 # effect is within noise: docs/benchmark.md, the fourth night).
 _BLOCKED_MIN_BYTES = 1 << 20
 _BLOCK_BYTES = 512 << 10
+
+# Stride-1 2-D reductions over more than this many bytes run a block of whole channels at a
+# time: a block of an NCHW image is one contiguous run, so each block takes the flat passes
+# (long contiguous loops) while its array and the temporaries stay in L2. Strided views of a
+# whole block (the plane blocks above) cut every pass into loops one row long, which for a
+# stride-1 pool costs more than the cache saves: 3x3/1 max pools on 288x35x35 868 -> 321 us,
+# 480x28x28 867 -> 361, 832x28x28 1533 -> 597, against whole-array flat passes 453, 544 and
+# more (Xeon, 2 MB L2; measured alone, hot). Below about 1 MB the whole-array passes are as
+# fast (0.6-0.9 MB: within 5%); at 1.0 MB (Inception v2's 320x28x28) blocks gain 254 -> 200.
+_CHANNEL_BLOCKED_MIN_BYTES = 960 << 10
+_CHANNEL_BLOCK_BYTES = 512 << 10
 
 # The subsampled pass moves twice the elements: it pays while they stay in L2. In-model,
 # light SqueezeNet's 96x54x109 (2.2 MB) pass made the model 19% slower.
@@ -436,11 +459,12 @@ def _clipped_plan(
     begin: tuple[int, ...],
     out: tuple[int, ...],
     first: int = 2,
-) -> _BlockedPlan | tuple[_PassPlan, ...] | None:
+) -> _BlockedPlan | _ChannelBlocks | tuple[_PassPlan, ...] | None:
     """How ``_separable_clipped`` reduces an input of ``shape`` whose spatial axes start at
     ``first`` (2 for NCHW, 1 for channels-last NHWC): per axis the cheapest pass that applies
-    (subsampled, flat, else strided views), or for large 2-D NCHW host inputs the blocked form;
-    None where some window has no tap inside the input."""
+    (subsampled, flat, else strided views); for large 2-D NCHW host inputs those passes on
+    blocks of whole channels (stride 1) or the plane-blocked form (strided windows); None
+    where some window has no tap inside the input."""
     axes = []
     for a, n in enumerate(shape[first : first + len(kernel)]):
         ranges = _tap_ranges(n, kernel[a], strides[a], dilations[a], begin[a], out[a])
@@ -449,6 +473,23 @@ def _clipped_plan(
             return None
         others = tuple(j for j in range(kernel[a]) if j != full[0] and ranges[j][0] < ranges[j][1])
         axes.append(_AxisTaps(ranges, full[0], others, kernel[a], strides[a], dilations[a], begin[a], out[a]))
+    plane_bytes = math.prod(shape[2:]) * itemsize
+    if (
+        host
+        and first == 2
+        and len(shape) == 4
+        and all(st == 1 for st in strides)
+        and math.prod(shape) * itemsize > _CHANNEL_BLOCKED_MIN_BYTES
+        and shape[1] > (per_block := max(1, _CHANNEL_BLOCK_BYTES // max(1, plane_bytes)))
+    ):
+        last = shape[1] % per_block or per_block
+        taps = tuple(axes)
+        full = _passes((1, per_block, *shape[2:]), itemsize, contiguous, host, taps, first)
+        if last != per_block:
+            return _ChannelBlocks(
+                per_block, full, _passes((1, last, *shape[2:]), itemsize, contiguous, host, taps, first)
+            )
+        return _ChannelBlocks(per_block, full, full)
     if host and first == 2 and len(shape) == 4 and math.prod(shape) * itemsize > _BLOCKED_MIN_BYTES:
         per_block = max(1, _BLOCK_BYTES // max(1, shape[2] * shape[3] * itemsize))
         last = shape[1] % per_block or min(shape[1], per_block)
@@ -464,6 +505,14 @@ def _clipped_plan(
             subsampled(min(shape[1], per_block)),
             subsampled(last),
         )
+    return _passes(shape, itemsize, contiguous, host, tuple(axes), first)
+
+
+def _passes(
+    shape: tuple[int, ...], itemsize: int, contiguous: bool, host: bool, axes: tuple[_AxisTaps, ...], first: int
+) -> tuple[_PassPlan, ...]:
+    """Per axis the cheapest pass that applies to an input of ``shape``: subsampled, flat, else
+    strided views."""
     passes = []
     cur = shape
     for a, taps in enumerate(axes):
@@ -482,8 +531,10 @@ def _shape_along(shape: tuple[int, ...], axis: int, size: int) -> tuple[int, ...
     return (*shape[:axis], size, *shape[axis + 1 :])
 
 
-def _run_pass(xp: Any, x: Any, plan: _PassPlan, combine: Any) -> Any:
-    acc = xp.empty(plan.shape, dtype=x.dtype)
+def _run_pass(xp: Any, x: Any, plan: _PassPlan, combine: Any, acc: Any = None) -> Any:
+    """One pass of ``x`` into a fresh array, or into ``acc`` (C-contiguous, plan.shape)."""
+    if acc is None:
+        acc = xp.empty(plan.shape, dtype=x.dtype)
     if plan.kind == "axis":
         _run_steps(x, acc, plan.steps, combine)
         return acc
@@ -530,6 +581,28 @@ def _run_blocked(x: np.ndarray, plan: _BlockedPlan, combine: Any, floor: float |
                 _run_steps(m, dst, plan.second, combine)
             else:
                 _run_subsampled(m, dst, sub, line, combine)
+            if floor is not None:
+                floor_at(np, dst, floor, out=dst)
+    return y
+
+
+def _run_channel_blocks(
+    x: np.ndarray, plan: _ChannelBlocks, out: list[int], combine: Any, floor: float | None = None
+) -> np.ndarray:
+    """The passes on ``plan.per_block`` channels of one image at a time, the last pass of each
+    block writing straight into its channels of the result (then max(block, floor) with a
+    floor, while the block is in cache)."""
+    n, c = x.shape[:2]
+    y = np.empty((n, c, *out), dtype=x.dtype)
+    for i in range(n):
+        for c0 in range(0, c, plan.per_block):
+            c1 = min(c, c0 + plan.per_block)
+            passes = plan.full if c1 - c0 == plan.per_block else plan.last
+            cur = x[i : i + 1, c0:c1]
+            for p in passes[:-1]:
+                cur = _run_pass(np, cur, p, combine)
+            dst = y[i : i + 1, c0:c1]  # whole channels of one image: C-contiguous
+            _run_pass(np, cur, passes[-1], combine, dst)
             if floor is not None:
                 floor_at(np, dst, floor, out=dst)
     return y

@@ -467,6 +467,71 @@ def test_pools_in_blocks_of_planes_match_the_definition(
     np.testing.assert_allclose(got, _brute_pool(x, k, s, d, pads, out, mode), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("spatial,k,s,d,pads", [g for g in GEOMETRIES if len(g[0]) == 2 and g[2] == [1, 1]])
+@pytest.mark.parametrize("mode", ["max", "sum", "floor"])
+@pytest.mark.parametrize("layout", ["nchw", "strided"])
+def test_stride_one_pools_in_blocks_of_channels_match_the_definition(
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    spatial: tuple[int, ...],
+    k: list[int],
+    s: list[int],
+    d: list[int],
+    pads: list[int],
+    mode: str,
+    layout: str,
+) -> None:
+    """Large stride-1 2-D pools run a block of whole channels of one image at a time
+    (``_run_channel_blocks``), each block's last pass writing into the result: here a block
+    holds two channels, so 2 images x 5 channels make 6 blocks, the last of each image short;
+    "floor" is FusedMaxPool's max(pool, 0) applied per block; a strided view (every other
+    channel of a larger array) takes the blocks too, through strided passes."""
+    from onnxpy.ops import pool as P
+
+    x = np.random.default_rng(7).standard_normal((2, 10 if layout == "strided" else 5, *spatial)).astype(np.float32)
+    if layout == "strided":
+        x = x[:, ::2]
+    monkeypatch.setattr(P, "_CHANNEL_BLOCKED_MIN_BYTES", 0)
+    monkeypatch.setattr(P, "_CHANNEL_BLOCK_BYTES", 2 * math.prod(spatial) * x.itemsize)
+    P._clipped_plan.cache_clear()
+    request.addfinalizer(P._clipped_plan.cache_clear)
+    blocks: list[int] = []
+    run = P._run_pass
+
+    def counted(xp: Any, src: Any, plan: Any, combine: Any, acc: Any = None) -> Any:
+        if acc is not None:  # a block's last pass, writing its channels of the result
+            assert acc.base is not None and acc.flags.c_contiguous
+            blocks.append(acc.shape[1])
+        return run(xp, src, plan, combine, acc)
+
+    monkeypatch.setattr(P, "_run_pass", counted)
+    out = [(n + pads[i] + pads[2 + i] - ((k[i] - 1) * d[i] + 1)) // s[i] + 1 for i, n in enumerate(spatial)]
+    combine = np.add if mode == "sum" else np.maximum
+    got = P._separable_clipped(np, x, k, s, d, pads[:2], out, combine, 0.0 if mode == "floor" else None)
+    if got is None:
+        return  # pads past the kernel's reach: the padded path (test above)
+    assert blocks == [2, 2, 1] * 2
+    want = _brute_pool(x, k, s, d, pads, out, "sum" if mode == "sum" else "max")
+    np.testing.assert_allclose(got, np.maximum(want, 0) if mode == "floor" else want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("kernel,pads", [([3, 3], [1, 1, 1, 1]), ([5, 5], [2, 2, 2, 2]), ([3, 3], [0, 1, 1, 0])])
+def test_large_stride_one_pools_match_onnxruntime(op_type: str, kernel: list[int], pads: list[int]) -> None:
+    """Inputs over the channel-block threshold (Inception v3's 288x35x35 pool projections,
+    YOLO's 5x5 SPPF pools) through the session, against onnxruntime: MaxPool, and AveragePool
+    with and without counting the padding."""
+    x = np.random.default_rng(11).standard_normal((1, 288, 35, 35)).astype(np.float32)
+    assert x.nbytes > 1 << 20
+    if op_type == "MaxPool":
+        _same(*_both(op_type, {"X": x}, kernel_shape=kernel, pads=pads))
+        return
+    for cip in (0, 1):
+        if cip and pads[:2] != pads[2:]:
+            skip_before_onnxruntime((1, 24), "counts padded positions wrongly under asymmetric pads")
+        _same(*_both(op_type, {"X": x}, kernel_shape=kernel, pads=pads, count_include_pad=cip))
+
+
 @pytest.mark.parametrize("spatial,k,s,d,pads", [g for g in GEOMETRIES if len(g[0]) == 2])
 @pytest.mark.parametrize("mode", ["max", "sum"])
 def test_channels_last_input_is_pooled_channels_last(
