@@ -149,6 +149,39 @@ def test_counted_padding_without_bias_still_swaps() -> None:
     _check(model, [2, 256, 12, 12])
 
 
+@pytest.mark.parametrize("relu", [True, False])
+def test_a_projection_counting_padding_leaves_its_bias_after_the_pool(relu: bool) -> None:
+    # torchvision's Inception v3: avg_pool2d(3, 1, padding=1) counts the padded zeros, which
+    # would scale a bias pooled with the convolution's output at the borders; the bias is added
+    # after the pool instead, where every position gets it whole.
+    pool = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "count_include_pad": 1}
+    model = _projection(pool, relu=relu)
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    order = [n.op_type for n in graph.nodes]
+    assert order == ["FusedConv" if relu else order[0], "AveragePool", "Add", *(["Relu"] if relu else [])], order
+    assert order[0] in ("Conv", "FusedConv") and len(graph.nodes[0].inputs) == 2  # its bias left it
+    add = graph.nodes[2]
+    assert graph.initializers[add.inputs[1]].shape == (8, 1, 1)
+    _check(model, [2, 48, 9, 9])
+
+
+def test_a_projection_counting_padding_with_a_bias_input_stays() -> None:
+    # A bias that is not a constant cannot be reshaped for the Add at optimization time.
+    pool = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "count_include_pad": 1}
+    model = _projection(pool, bias=False)
+    model.graph.node[1].input.append("b")
+    model.graph.input.append(vinfo("b", F, [8]))
+    assert _order(model)[0] == "AveragePool"
+    check_optimized(
+        model,
+        {
+            "x": np.random.default_rng(4).standard_normal((2, 48, 9, 9)).astype(np.float32),
+            "b": np.random.default_rng(5).standard_normal(8).astype(np.float32),
+        },
+    )
+
+
 def test_intermediate_values_fetched_by_name_keep_their_meaning() -> None:
     model = _transition({"kernel_shape": [2, 2], "strides": [2, 2]})
     x = np.random.default_rng(6).standard_normal((2, 256, 12, 12)).astype(np.float32)

@@ -13,7 +13,11 @@ padded position counted: ``count_include_pad`` 0, or no padding and ``ceil_mode`
 - AveragePool -> Conv [-> Relu] (Inception's pool projections: a 3x3/1 pool over all of a
   block's channels, then a 1x1 convolution down to few) becomes Conv -> AveragePool [-> Relu]:
   the pool runs on the convolution's fewer output channels (576 -> 128 at 14x14: 413 -> 278 us).
-  A fused Relu moves after the pool as its own node.
+  A fused Relu moves after the pool as its own node. Where the pool counts padded positions
+  (``count_include_pad`` 1 with pads: torchvision's Inception v3) a bias would be scaled at the
+  borders, so it stays behind: Conv without bias -> AveragePool -> Add(bias) [-> Relu], the Add
+  a pass over the few pooled channels (Inception v3's nine pool projections, 192-2048 channels
+  pooled before, 32-192 after).
 
 The order is chosen by a cost estimate (``_cost``); both rewrites use it, so they never undo
 each other. Float32 only; every dimension but the batch must be known.
@@ -24,10 +28,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 from onnx import helper
 
 from ...ir.graph import Graph, Node
-from ..rewrite import Sweep, is_conv
+from ..rewrite import Sweep, constant, is_conv
 from .fuse_activation import activation_of
 
 # GEMM multiply-adds per pool tap-element in the same time: 1x1 convolutions ran at about
@@ -137,24 +142,35 @@ def run(graph: Graph) -> bool:
 
 
 def _costs(
-    graph: Graph, conv: Node, pool: Node, p: dict[str, Any], x: str, mid: str, pooled: str
-) -> tuple[list[int], list[int], list[int], int, int] | None:
+    graph: Graph, conv: Node, pool: Node, p: dict[str, Any], x: str, mid: str, pooled: str, detach: bool = False
+) -> tuple[list[int], list[int], list[int], int, int, np.ndarray | None] | None:
     """For the chain from ``x`` through the intermediate ``mid`` to a value pooled like
     ``pooled``: (W's shape, x's and the pool output's shapes with batch 1, the cost with the
-    convolution first, the cost with the pool first), or None when the two cannot swap."""
+    convolution first, the cost with the pool first, the bias to add after the pool), or None
+    when the two cannot swap. A bias that the pool's weights would not keep (padding counted)
+    stops the swap, or with ``detach`` (convolution first) is returned to add after the pool,
+    a constant (M,) bias only; otherwise that entry is None."""
     if graph.elem_type(x) != 1 or graph.elem_type(mid) != 1:
         return None
     rank = len(p["kernel"]) + 2
     w = _pointwise(graph, conv, rank)
     xs, ps = _static(graph.shape(x), rank), _static(graph.shape(pooled), rank)
-    if w is None or xs is None or ps is None or (_has_bias(conv) and not _weights_sum_to_one(pool, p["pads"])):
+    if w is None or xs is None or ps is None:
         return None
+    bias = None
+    if _has_bias(conv) and not _weights_sum_to_one(pool, p["pads"]):
+        bias = constant(graph, conv.inputs[2]) if detach else None
+        if bias is None or bias.shape != (w[0],) or bias.dtype != np.float32:
+            return None
     if 0 in xs[2:] or 0 in ps[2:]:
         return None  # an empty map: nothing to save, and a convolution of an empty input fails
     positions = math.prod(xs[2:])
+    pooled_positions = math.prod(ps[2:])
     conv_first = _cost(w, positions, w[0], positions, p["kernel"])
-    pool_first = _cost(w, math.prod(ps[2:]), xs[1], positions, p["kernel"])
-    return w, xs, ps, conv_first, pool_first
+    if bias is not None:
+        conv_first += w[0] * pooled_positions  # the pass adding the bias
+    pool_first = _cost(w, pooled_positions, xs[1], positions, p["kernel"])
+    return w, xs, ps, conv_first, pool_first, bias
 
 
 def _conv_then_pool(graph: Graph, sweep: Sweep, conv: Node, pool: Node | None) -> None:
@@ -168,7 +184,7 @@ def _conv_then_pool(graph: Graph, sweep: Sweep, conv: Node, pool: Node | None) -
     plan = _costs(graph, conv, pool, p, x, conv.outputs[0], z)
     if plan is None or plan[4] >= plan[3]:
         return
-    _, xs, zs, _, _ = plan
+    _, xs, zs, _, _, _ = plan
     pooled = sweep.new_name(f"{x}_pooled")
     _typed(graph, pooled, [_batch(graph, x), xs[1], *zs[2:]])
     sweep.replace(pool, Node(pool.op_type, [x], [pooled], dict(pool.attrs), pool.name, pool.domain, pool.opset))
@@ -185,13 +201,34 @@ def _pool_then_conv(graph: Graph, sweep: Sweep, pool: Node) -> None:
     if activation not in ("", "Relu") or not _settled(graph, sweep, conv):
         return
     x, y, z = pool.inputs[0], pool.outputs[0], conv.outputs[0]
-    plan = _costs(graph, conv, pool, p, x, y, y)
+    plan = _costs(graph, conv, pool, p, x, y, y, detach=True)
     if plan is None or plan[3] >= plan[4]:
         return
-    w, xs, ys, _, _ = plan
+    w, xs, ys, _, _, bias = plan
     mixed = sweep.new_name(f"{z}_before_pool")
     _typed(graph, mixed, [_batch(graph, x), w[0], *xs[2:]])
-    sweep.replace(conv, _without_activation(conv, x, mixed))
+    new_conv = _without_activation(conv, x, mixed)
+    if bias is not None:
+        # Conv without its bias -> AveragePool -> Add(bias, per channel) [-> Relu].
+        new_conv = Node(new_conv.op_type, new_conv.inputs[:2], new_conv.outputs, new_conv.attrs, new_conv.name,
+                        new_conv.domain, new_conv.opset)  # fmt: skip
+        sweep.replace(conv, new_conv)
+        unbiased = sweep.new_name(f"{z}_pooled")
+        _typed(graph, unbiased, [_batch(graph, x), w[0], *ys[2:]])
+        sweep.replace(
+            pool, Node(pool.op_type, [mixed], [unbiased], dict(pool.attrs), pool.name, pool.domain, pool.opset)
+        )
+        shift = sweep.new_name(f"{conv.inputs[2]}_per_channel")
+        graph.initializers[shift] = bias.reshape(w[0], *([1] * (len(xs) - 2)))
+        biased = sweep.new_name(f"{z}_before_relu") if activation else z
+        if activation:
+            _typed(graph, biased, [_batch(graph, x), w[0], *ys[2:]])
+        add_name = f"{pool.name or 'avgpool'}_bias"
+        sweep.add(Node("Add", [unbiased, shift], [biased], {}, add_name, "", graph.opsets.get("", 13)))
+        if activation:
+            sweep.add(Node("Relu", [biased], [z], {}, f"{pool.name or 'avgpool'}_relu", "", graph.opsets.get("", 13)))
+        return
+    sweep.replace(conv, new_conv)
     if activation:
         pooled = sweep.new_name(f"{z}_before_relu")
         _typed(graph, pooled, [_batch(graph, x), w[0], *ys[2:]])
