@@ -373,6 +373,34 @@ def _normalize_trailing(work: np.ndarray, axis: int, epsilon: float) -> tuple[An
     return centered.reshape(work.shape), mean.reshape(stat_shape), inv_std.reshape(stat_shape)
 
 
+def _row_stats(x2: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's centred values (a fresh array) and 1/std of a 2-D host array: the sums as one
+    BLAS product, the squares summed by one einsum pass (no squared temporary)."""
+    cols = x2.shape[1]
+    mean = x2 @ _row_vector(cols, 1.0, x2.dtype)
+    mean /= x2.dtype.type(cols)  # sums over the count (see _normalize_trailing)
+    centered = x2 - mean[:, None]
+    var = np.einsum("ij,ij->i", centered, centered)
+    var /= x2.dtype.type(cols)
+    var += x2.dtype.type(epsilon)
+    inv_std = np.sqrt(var, out=var)
+    np.divide(x2.dtype.type(1), inv_std, out=inv_std)
+    return centered, inv_std
+
+
+def _fast_norm_dtype(x: Any) -> bool:
+    """Host float32/float64 arrays with values: the in-place normalizations below apply."""
+    return isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float64) and x.size > 0
+
+
+def _rows_scaled(centered: np.ndarray, coef: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """centered * coef + shift, per row of a 2-D array (coef and shift of one value a row), in
+    place: two passes, the statistics' 1/std already folded into ``coef``."""
+    centered *= coef[:, None]
+    centered += shift[:, None]
+    return centered
+
+
 @op("InstanceNormalization", 6)
 def instance_norm(
     xp: Any,
@@ -388,6 +416,14 @@ def instance_norm(
     c = x.shape[1]
     if tuple(scale.shape) != (c,) or tuple(B.shape) != (c,):
         raise ValueError(f"InstanceNormalization scale {list(scale.shape)} and B {list(B.shape)} must have shape [{c}]")
+    if xp is np and _fast_norm_dtype(x) and scale.dtype == B.dtype == x.dtype:
+        # Each (image, channel) plane is a row: its statistics, then scale * 1/std and B per row
+        # in place. Four passes where the general form makes eight over fresh arrays
+        # (64x128x128: 2075 -> 1090 us; onnxruntime 407).
+        n = x.shape[0]
+        centered, inv_std = _row_stats(x.reshape(n * c, -1), epsilon)
+        coef = inv_std.reshape(n, c) * scale
+        return _rows_scaled(centered, coef.reshape(-1), np.broadcast_to(B, (n, c)).reshape(-1)).reshape(x.shape)
     y, _, _ = _normalize(xp, _up(x), tuple(range(2, x.ndim)), epsilon)
     shape = _channel_shape(x)
     y = y * _up(scale).reshape(shape) + _up(B).reshape(shape)
@@ -422,6 +458,13 @@ def group_norm_18(
         )
     if X.size == 0:
         return xp.empty(X.shape, dtype=X.dtype)  # no group has a value to normalize
+    if xp is np and _fast_norm_dtype(X) and scale.dtype == bias.dtype == X.dtype:
+        # Each (image, group) is a row, scaled and shifted per group: in place, as InstanceNorm.
+        n = X.shape[0]
+        centered, inv_std = _row_stats(x3.reshape(n * num_groups, -1), epsilon)
+        coef = inv_std.reshape(n, num_groups) * scale.reshape(-1)
+        shift = np.broadcast_to(bias.reshape(-1), (n, num_groups)).reshape(-1)
+        return _rows_scaled(centered, coef.reshape(-1), shift).reshape(X.shape)
     y, _, _ = _normalize(xp, _up(x3), (2,), epsilon)
     y = y * _up(scale).reshape(1, -1, 1) + _up(bias).reshape(1, -1, 1)
     return y.reshape(X.shape).astype(X.dtype, copy=False)
@@ -447,6 +490,15 @@ def group_norm(
     if X.size == 0:
         return xp.empty(X.shape, dtype=X.dtype)  # no group has a value to normalize
     work = x3.astype(_stash_dtype(stash_type, X.dtype), copy=False)
+    if xp is np and _fast_norm_dtype(X) and work.dtype == X.dtype and scale.dtype == bias.dtype == X.dtype:
+        # Statistics per (image, group) row; each channel's plane then scaled by its group's
+        # 1/std times its own scale and shifted, in place on the centred copy (four passes;
+        # 320x64x64 in 32 groups: 2935 -> 1520 us; onnxruntime 2017).
+        n = X.shape[0]
+        centered, inv_std = _row_stats(work.reshape(n * num_groups, -1), epsilon)
+        coef = np.repeat(inv_std.reshape(n, num_groups), c // num_groups, axis=1) * scale.reshape(-1)
+        shift = np.broadcast_to(bias.reshape(-1), (n, c)).reshape(-1)
+        return _rows_scaled(centered.reshape(n * c, -1), coef.reshape(-1), shift).reshape(X.shape)
     y, _, _ = _normalize(xp, work, (2,), epsilon)
     # Stage two runs in X's type, as the spec's function body does.
     y = y.reshape(X.shape[0], c, -1).astype(X.dtype, copy=False)

@@ -273,6 +273,39 @@ def test_group_norm(opset: int, groups: int) -> None:
     np.testing.assert_allclose(got, _group_norm_oracle(x, scale, bias, groups, 1e-4), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_instance_and_group_norms_of_host_floats_normalize_rows_in_place(
+    monkeypatch: pytest.MonkeyPatch, dtype: Any, layout: str
+) -> None:
+    """Float32/float64 host inputs take the row form (statistics per plane or group as BLAS
+    and einsum passes, then one scale and one shift pass in place), never the general
+    _normalize; results match a float64 oracle for several images, groups of several channels,
+    constant planes (zero variance) and channels-last input."""
+    from onnxpy.ops import nn as nn_ops
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the general form ran")
+
+    monkeypatch.setattr(nn_ops, "_normalize", refuse)
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((3, 8, 9, 10)) * 4 + 2).astype(dtype)
+    x[1, 5] = 7.0  # a constant plane: variance 0, the epsilon alone
+    if layout == "channels_last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    scale = rng.standard_normal(8).astype(dtype)
+    bias = rng.standard_normal(8).astype(dtype)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    (got,) = _ours("InstanceNormalization", {"input": x, "scale": scale, "B": bias}, 6, epsilon=1e-3)
+    assert got.dtype == dtype and got.shape == x.shape
+    np.testing.assert_allclose(got, _group_norm_oracle(x, scale, bias, 8, 1e-3), rtol=tol, atol=tol)
+    (got,) = _ours("GroupNormalization", {"X": x, "scale": scale, "bias": bias}, 21, num_groups=4, epsilon=1e-3)
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, _group_norm_oracle(x, scale, bias, 4, 1e-3), rtol=tol, atol=tol)
+    (got,) = _ours("GroupNormalization", {"X": x, "scale": scale[:4], "bias": bias[:4]}, 18, num_groups=4, epsilon=1e-3)
+    np.testing.assert_allclose(got, _group_norm_oracle(x, scale[:4], bias[:4], 4, 1e-3), rtol=tol, atol=tol)
+
+
 def test_group_norm_21_float16() -> None:
     rng = np.random.default_rng(11)
     x = (rng.standard_normal((2, 4, 8)) * 10).astype(np.float16)
