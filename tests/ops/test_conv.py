@@ -515,6 +515,15 @@ CT_CASES = [
         dict(group=2, dilations=[2, 3], strides=[2, 1], pads=[1, 2, 1, 0]),
     ),
     ("grouped_output_shape", (1, 6, 3, 3), (6, 1, 3, 3), dict(group=3, strides=[2, 2], output_shape=[6, 6])),
+    # 2-D at dilation 1 scatters by stride phases (conv_extra._col2im_by_phases): the kernel
+    # equal to the stride (one tap a phase), larger (taps summed per phase) with the crop of
+    # pads, smaller (phases no tap reaches), output_padding past the canvas, groups, batches.
+    ("upsample_2x2s2", (2, 4, 5, 6), (4, 3, 2, 2), dict(strides=[2, 2])),
+    ("k4s2p1", (1, 3, 6, 5), (3, 2, 4, 4), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("k3s2p1_op1", (2, 3, 5, 4), (3, 2, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])),
+    ("k1s2", (1, 2, 4, 3), (2, 3, 1, 1), dict(strides=[2, 2])),
+    ("k2s3_asym_pads", (1, 2, 4, 5), (2, 2, 2, 3), dict(strides=[3, 2], pads=[1, 0, 0, 2], output_padding=[2, 1])),
+    ("k5s3_grouped", (2, 4, 3, 4), (4, 2, 5, 5), dict(strides=[3, 3], pads=[2, 1, 1, 2], group=2)),
     ("1d", (2, 3, 6), (3, 2, 4), dict(strides=[3], pads=[1, 2], dilations=[2])),
     (
         "3d",
