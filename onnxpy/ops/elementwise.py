@@ -190,11 +190,30 @@ def logistic(xp: Any, x: Any, out: Any = None) -> Any:
             return y.astype(x.dtype)
         out[...] = y
         return out
+    if xp is np and x.size > 4 * _LOGISTIC_BLOCK:
+        # Arrays over 1 MB a block at a time, in x's memory order, so the four passes run in
+        # L2 (128x80x80: 988 -> 806 us, channels-last alike; 3.3 M values 3951 -> 3294).
+        # Smaller ones gain nothing (140K values: 110 against 115 us).
+        y = np.empty_like(x) if out is None else out
+        flat = flat_in_memory_order(x, y)
+        if flat is not None:
+            src, dst = flat
+            with np.errstate(over="ignore"):
+                for start in range(0, src.size, _LOGISTIC_BLOCK):
+                    t = dst[start : start + _LOGISTIC_BLOCK]
+                    np.negative(src[start : start + _LOGISTIC_BLOCK], out=t)
+                    np.exp(t, out=t)
+                    t += 1
+                    np.reciprocal(t, out=t)
+            return y
     with np.errstate(over="ignore"):
         t = xp.negative(x, out=out)
         xp.exp(t, out=t)
         t += 1
         return xp.reciprocal(t, out=t)
+
+
+_LOGISTIC_BLOCK = 1 << 16
 
 
 # Values per block of a large Swish: its four passes then stay in L2 (a 1x1 convolution's

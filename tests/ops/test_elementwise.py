@@ -318,6 +318,37 @@ def test_sigmoid_is_accurate_on_both_sides_without_warnings(dtype: type) -> None
     np.testing.assert_array_equal(out, got)
 
 
+@pytest.mark.parametrize("layout", ["nchw", "channels_last", "strided", "in_place"])
+def test_large_sigmoids_run_in_blocks_of_memory(monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    """Arrays over four blocks run a block at a time in their own memory order (here blocks of
+    500 values over 2 x 6 x 7 x 36 = 3024 values, the last block short): the
+    same values as one whole-array pass, the result in the input's layout, overflowing blocks
+    silent; a strided view (no single run of memory) takes the whole-array passes."""
+    import warnings
+
+    from onnxpy.ops import _layout, elementwise
+
+    monkeypatch.setattr(elementwise, "_LOGISTIC_BLOCK", 500)
+    x = (np.random.default_rng(13).standard_normal((2, 6, 7, 36)) * 40).astype(np.float32)
+    if layout == "channels_last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    elif layout == "strided":
+        x = np.concatenate([x, x], axis=3)[..., ::2]
+    with np.errstate(over="ignore"):
+        want = (1 / (1 + np.exp(-x.astype(np.float64)))).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if layout == "in_place":
+            buf = x.copy()
+            got = elementwise.logistic(np, buf, out=buf)
+            assert got is buf
+        else:
+            got = elementwise.logistic(np, x)
+    np.testing.assert_allclose(got, want, rtol=4e-7, atol=1e-30)
+    if layout == "channels_last":
+        assert _layout.is_channels_last(got)
+
+
 # -- constant folding --------------------------------------------------------------------------------
 
 
