@@ -57,25 +57,62 @@ _Q32 = (1.0, 0.4970368444919586, 0.11385925859212875, 0.015468002296984196, 0.00
 def _erf32(xp: Any, x: Any, scale: float = 1.0) -> Any:
     """erf(scale * x) in float32, in a fresh array. In-place passes only, and NaN needs no
     special case since every step propagates it."""
+    if xp is np and x.size > 2 * _ERF_BLOCK:
+        return _erf32_blocked(x, scale)
     v = x.astype(np.float32) if scale == 1.0 else x.astype(np.float32) * np.float32(scale)
     if v is x:
         v = v.copy()
+    u = xp.empty_like(v)
+    num = xp.empty_like(v)
+    _erf32_core(xp, v, u, num, xp.empty_like(v))
+    return num
+
+
+def _erf32_core(xp: Any, v: Any, u: Any, num: Any, den: Any) -> None:
+    """num = erf(v) for the float32 array ``v`` (clipped in place), through the temporaries
+    ``u`` and ``den`` (v's shape)."""
     _bound(xp, v, 4.0)
-    u = v * v
-    num = u * _P32[-1]
-    num += _P32[-2]
+    xp.multiply(v, v, out=u)
+    xp.multiply(u, np.float32(_P32[-1]), out=num)
+    num += np.float32(_P32[-2])
     for c in _P32[-3::-1]:
         num *= u
-        num += c
-    den = u * _Q32[-1]
-    den += _Q32[-2]
+        num += np.float32(c)
+    xp.multiply(u, np.float32(_Q32[-1]), out=den)
+    den += np.float32(_Q32[-2])
     for c in _Q32[-3::-1]:
         den *= u
-        den += c
+        den += np.float32(c)
     num *= v
     num /= den
     _bound(xp, num, 1.0)
-    return num
+
+
+# Values per block of a large erf: its ~25 passes then run on 128 KB arrays in L2 instead of
+# whole-array temporaries streaming through memory (197x3072, as an unfused GELU's Erf:
+# 3624 -> 1814 us alone, hot; onnxruntime 147, threaded).
+_ERF_BLOCK = 1 << 15
+
+
+def _erf32_blocked(x: np.ndarray, scale: float) -> np.ndarray:
+    """``_erf32`` of a large host array, _ERF_BLOCK values at a time in x's memory order (the
+    result keeps it), through reused temporaries: the same operations, so the same bits."""
+    result = np.empty_like(x, dtype=np.float32)
+    views = flat_in_memory_order(x, result)
+    if views is None:  # x is not one run of memory
+        result[...] = _erf32_blocked(np.ascontiguousarray(x), scale)
+        return result
+    flat, y = views
+    v, u, den = (np.empty(_ERF_BLOCK, dtype=np.float32) for _ in range(3))
+    for start in range(0, flat.size, _ERF_BLOCK):
+        block = flat[start : start + _ERF_BLOCK]
+        n = block.size
+        vb = v[:n]
+        vb[...] = block  # to float32, as x.astype(np.float32)
+        if scale != 1.0:
+            vb *= np.float32(scale)
+        _erf32_core(np, vb, u[:n], y[start : start + n], den[:n])
+    return result
 
 
 def _bound(xp: Any, v: Any, limit: float) -> None:

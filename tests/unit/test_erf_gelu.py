@@ -79,3 +79,28 @@ def test_large_gelu_in_blocks_gives_the_whole_array_bits(monkeypatch: pytest.Mon
         if name in ("transposed", "channels_last"):
             assert not blocked[name].flags.c_contiguous and blocked[name].strides == v.strides
         np.testing.assert_array_equal(blocked[name], whole, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_large_erf_in_blocks_gives_the_whole_array_bits(monkeypatch: pytest.MonkeyPatch, dtype: type) -> None:
+    # Over two blocks the float32 erf runs block by block in the input's memory order (the
+    # result keeps it): the same passes, so the same bits as one whole-array pass, the last
+    # block short, specials included, half precision cast per block.
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((3, 50_001)) * 3).astype(dtype)
+    x[0, :5] = [np.nan, np.inf, -np.inf, 60000, -60000]
+    nhwc = (rng.standard_normal((1, 30, 40, 64)) * 3).astype(dtype)
+    layouts = {"contiguous": x, "transposed": x.T, "strided": x[:, ::2], "channels_last": nhwc.transpose(0, 3, 1, 2)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        blocked = {k: _erf.erf(np, v) for k, v in layouts.items()}
+        scaled = _erf._erf32(np, x, 0.7071067811865476)
+    monkeypatch.setattr(_erf, "_ERF_BLOCK", 1 << 30)
+    for name, v in layouts.items():
+        assert v.size > 2 * (1 << 15), name
+        whole = _erf.erf(np, v)
+        assert blocked[name].shape == v.shape and blocked[name].dtype == dtype
+        if name in ("transposed", "channels_last"):
+            assert blocked[name].strides == v.strides
+        np.testing.assert_array_equal(blocked[name], whole)
+    np.testing.assert_array_equal(scaled, _erf._erf32(np, x, 0.7071067811865476))
