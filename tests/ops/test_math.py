@@ -276,6 +276,23 @@ def test_topk_small_k_of_a_long_axis_with_ties(dtype: Any) -> None:
     both("TopK", _topk_inputs(x, 5), 11, 2)
 
 
+@pytest.mark.parametrize("ties", ["none", "inside", "straddling"])
+@pytest.mark.parametrize("largest", [0, 1])
+def test_topk_of_distinct_values_takes_the_winners_in_one_pass(ties: str, largest: int) -> None:
+    # Where exactly k values per line reach the k-th (ties inside the top k included), the
+    # winners come from one flatnonzero over all lines; a tie straddling the k-th in any line
+    # sends the array the cumulative-count way. Both against onnxruntime, on 3-D input.
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((2, 3, 1500)).astype(np.float32)
+    sign = 1 if largest else -1
+    if ties == "inside":
+        x[1, 2, [5, 900]] = sign * 50.0  # two equal winners: the lower index first
+    elif ties == "straddling":
+        k_th = np.sort(sign * x[0, 1])[::-1][39] * sign  # the 40th best of one line
+        x[0, 1, 1400] = k_th  # a copy of it: 41 values reach it, k = 40 takes the earlier
+    both("TopK", _topk_inputs(x, 40), 11, 2, largest=largest)
+
+
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16])  # TopK allows no float8 type
 def test_topk_of_ml_dtypes_with_nan_and_inf_ranks_like_float32(dtype: Any) -> None:
     # ml_dtypes' own sort loses values behind a NaN (5.0 went missing): the result must be the
