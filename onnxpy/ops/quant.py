@@ -15,6 +15,7 @@ import numpy as np
 
 from ..model import dtypes
 from ._blas import stacked_matmul
+from ._clamp import np_clip
 from ._compat import normalize_axis
 from ._derived import derived
 from .conv import conv_nd
@@ -24,6 +25,8 @@ from .tensor import cast_array
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _DIVIDE_TYPES = (_F32, _F64, np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+# Integer types whose every value (and difference of two) float32 represents exactly.
+_SMALL_INTS = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
 
 
 def _int_range(dt: np.dtype) -> tuple[int, int] | None:
@@ -102,8 +105,19 @@ def quantize(
     if precision is None:
         # The scale's type sets the division's precision; narrow float formats divide in float32.
         precision = scale.dtype if scale.dtype in _DIVIDE_TYPES else _F32
-    q = x.astype(precision, copy=False) / s.astype(precision, copy=False)
     rng = _int_range(out_dtype)
+    if xp is np and rng is not None and precision == _F32 and out_dtype in _SMALL_INTS and x.dtype in _DIVIDE_TYPES:
+        # 8- and 16-bit results: float32 holds every value that survives the clip exactly (the
+        # rounded quotient is an integer, the zero point too; larger magnitudes clip either
+        # way), so the rounding, the shift and the clip run in place on the float32 quotient,
+        # without the float64 copies (256x56x56 float32 to uint8: 3307 -> 689 us; onnxruntime 90).
+        q = np.empty(shape, _F32)  # an array even for a scalar x (the ufuncs' out=)
+        np.divide(x.astype(_F32, copy=False), s.astype(_F32, copy=False), out=q)
+        np.rint(q, out=q)
+        if zero_point is not None:
+            q += _broadcast_param(xp, zero_point, shape, axis, block_size, "the zero point").astype(_F32)
+        return np_clip(q, _F32.type(rng[0]), _F32.type(rng[1]), out=q).astype(out_dtype)
+    q = x.astype(precision, copy=False) / s.astype(precision, copy=False)
     if rng is not None:
         r = xp.rint(q.astype(_F64))
         if zero_point is not None:
@@ -121,6 +135,15 @@ def dequantize(
     """(x - zero_point) * scale, computed in float32 (float64 for float64 outputs) and cast."""
     shape = tuple(x.shape)
     cdt = _F64 if out_dtype == _F64 else _F32
+    if xp is np and x.dtype in _SMALL_INTS and cdt == _F32:
+        # 8- and 16-bit inputs and zero points are exact in float32, and so is their difference:
+        # the same values as the int64 subtraction, in three float32 passes (256x56x56 uint8:
+        # 2650 -> 344 us; onnxruntime 146).
+        v = x.astype(_F32)
+        if zero_point is not None:
+            v -= _broadcast_param(xp, zero_point, shape, axis, block_size, "the zero point").astype(_F32)
+        v *= _broadcast_param(xp, scale, shape, axis, block_size, "the scale").astype(_F32)
+        return v.astype(out_dtype, copy=False)
     if _int_range(x.dtype) is not None:
         v = x.astype(np.int64)
         if zero_point is not None:

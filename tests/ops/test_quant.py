@@ -52,6 +52,40 @@ def test_quantize_per_tensor(dt: Any, opset: int) -> None:
     vs_ort("QuantizeLinear", {"x": x, "s": np.array(1.0, np.float32), "z": z}, {"y": dtypes.elem_type(dt)}, opset=opset)
 
 
+@pytest.mark.parametrize("dt", [np.uint8, np.int8, np.uint16, np.int16])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_small_int_quantize_and_dequantize_in_float32_match_the_wide_forms(dt: Any, per_axis: bool) -> None:
+    """8- and 16-bit results quantize and dequantize in float32 in place (ops/quant.py): the
+    same integers as rounding and shifting in float64, and the same floats as subtracting
+    the zero point in int64, over the whole output range, ties, values far past it and
+    non-finite inputs, per tensor and per axis, and for a scalar."""
+    from onnxpy.ops import quant
+
+    lo, hi = _qrange(dt)
+    span = float(hi - lo)
+    x = np.concatenate(
+        [np.linspace(-1.5 * span, 1.5 * span, 3001), np.arange(-40, 40) + 0.5, [1e30, -1e30, np.inf, -np.inf, 0.0]]
+    ).astype(np.float32)
+    x = np.stack([x, -x, x * 0.37])  # (3, n): axis 0 carries the per-axis parameters
+    if per_axis:
+        scale = np.array([1.0, 0.5, 3.0], np.float32)
+        zero = np.array([lo + 7, 0, hi - 9], dt)
+        wide = _quant_oracle(x, scale.reshape(3, 1), zero.reshape(3, 1), dt)
+    else:
+        scale, zero = np.array(0.75, np.float32), np.array(lo // 3 + hi // 3, dt)
+        wide = _quant_oracle(x, scale, zero, dt)
+    got = quant.quantize(np, x, scale, zero, np.dtype(dt), axis=0, precision=np.dtype(np.float32))
+    assert got.dtype == dt
+    np.testing.assert_array_equal(got, wide)
+    back = quant.dequantize(np, got, scale, zero, np.dtype(np.float32), axis=0)
+    z_wide = zero.astype(np.int64).reshape(3, 1) if per_axis else zero.astype(np.int64)
+    s_wide = scale.reshape(3, 1) if per_axis else scale
+    np.testing.assert_array_equal(back, ((got.astype(np.int64) - z_wide).astype(np.float32) * s_wide))
+    one = quant.quantize(np, np.array(2.6, np.float32), np.array(0.5, np.float32), np.array(1, dt), np.dtype(dt))
+    assert one.shape == () and one == 6
+    assert quant.dequantize(np, one, np.array(0.5, np.float32), np.array(1, dt), np.dtype(np.float32)) == 2.5
+
+
 def test_quantize_without_zero_point_is_uint8() -> None:
     got = vs_ort("QuantizeLinear", {"x": _x(6), "s": np.array(0.05, np.float32)}, {"y": TensorProto.UINT8})[0]
     assert got.dtype == np.uint8
