@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
+from onnxpy.model import dtypes
+
 from .test_tensor import assert_same, onnxpy_only, run_error, vs_ort
 
 F, I64, BOOL, STR = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL, TensorProto.STRING
@@ -62,6 +64,18 @@ def test_gather_elements(axis: int) -> None:
     x = _f(3, 4)
     idx = RNG.integers(-x.shape[axis], x.shape[axis], size=(2, 3)).astype(np.int64)
     vs_ort("GatherElements", {"x": x, "i": idx}, {"y": F}, axis=axis, opset=13)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float16])
+def test_gather_elements_3d_with_smaller_indices_and_negatives(axis: int, dtype: Any) -> None:
+    # The flat-take path: indices smaller than the data on the other axes (offsets from the
+    # data's strides, not the indices'), negative indices wrapped, every axis, several dtypes.
+    x = (RNG.standard_normal((4, 5, 6)) * 10).astype(dtype)
+    ishape = [3, 4, 5]
+    ishape[axis] = 7  # more entries than the axis has: repeats
+    idx = RNG.integers(-x.shape[axis], x.shape[axis], size=ishape).astype(np.int64)
+    vs_ort("GatherElements", {"x": x, "i": idx}, {"y": dtypes.elem_type(dtype)}, axis=axis, opset=13)
 
 
 @pytest.mark.parametrize(
