@@ -85,6 +85,31 @@ def test_cumprod_attributes(dtype: Any) -> None:
                 assert_same(got, want[0])
 
 
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_cumsum_along_a_long_middle_axis_scans_whole_rows(exclusive: int, reverse: int) -> None:
+    # A long axis with wide rows after it scans whole rows in blocks (ops/math._scan_rows):
+    # integers exactly as onnxruntime, n not a multiple of the block (remainder rows), the
+    # axis in the middle of a 4-D input; floats within float32 rounding of a float64 scan.
+    rng = np.random.default_rng(3)
+    xi = rng.integers(-9, 10, size=(2, 203, 3, 40)).astype(np.int64)
+    both("CumSum", {"x": xi, "axis": np.array(1, np.int64)}, 14, exclusive=exclusive, reverse=reverse)
+    xf = rng.standard_normal((2, 203, 3, 40)).astype(np.float32)
+    got = ours("CumSum", {"x": xf, "axis": np.array(1, np.int64)}, 14, exclusive=exclusive, reverse=reverse)[0]
+    want = _numpy_scan("CumSum", xf, 1, exclusive, reverse)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+
+
+def test_cumprod_along_a_long_middle_axis_scans_whole_rows() -> None:
+    rng = np.random.default_rng(4)
+    x = (1 + rng.standard_normal((3, 150, 64)) * 0.01).astype(np.float64)
+    for exclusive in (0, 1):
+        for reverse in (0, 1):
+            got = ours("CumProd", {"x": x, "axis": np.array(-2, np.int64)}, 26, exclusive=exclusive, reverse=reverse)
+            np.testing.assert_allclose(got[0], _numpy_scan("CumProd", x, 1, exclusive, reverse), rtol=1e-12)
+
+
 @pytest.mark.parametrize("op", ["CumSum", "CumProd"])
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
 def test_scan_narrow_floats_accumulate_in_float32(op: str, dtype: Any) -> None:
