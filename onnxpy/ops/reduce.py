@@ -76,6 +76,12 @@ def _run(xp: Any, body: Body, empty: Callable[[np.dtype], Any], data: Any, axes:
 
 
 def _sum(xp: Any, x: Any, axis: tuple[int, ...], keepdims: bool) -> Any:
+    rows = _trailing_rows(xp, x, axis)
+    if rows is not None:
+        # Trailing axes of a host float array (x.sum((2, 3)) over feature maps): one
+        # matrix-vector product with ones, as ReduceMean's (256x56x56: 203 -> 55 us).
+        sums = rows @ np.ones(rows.shape[1], dtype=x.dtype)
+        return sums.reshape(_out_shape(x.shape, axis, keepdims))
     # An explicit dtype stops numpy from widening small ints to int64.
     return xp.sum(x, axis=axis, keepdims=keepdims, dtype=_acc_dtype(x.dtype) or x.dtype)
 
@@ -129,11 +135,35 @@ def _l1(xp: Any, x: Any, axis: tuple[int, ...], keepdims: bool) -> Any:
 
 def _sum_square(xp: Any, x: Any, axis: tuple[int, ...], keepdims: bool) -> Any:
     w = x if _acc_dtype(x.dtype) is None else x.astype(np.float32)
+    rows = _trailing_rows(xp, w, axis)
+    if rows is not None:
+        # One pass over the rows, without the squared temporary (1000x512: 278 -> 107 us).
+        sums = np.einsum("ij,ij->i", rows, rows)
+        return sums.reshape(_out_shape(w.shape, axis, keepdims))
     return _sum(xp, w * w, axis, keepdims)
+
+
+def _trailing_rows(xp: Any, x: Any, axis: tuple[int, ...]) -> Any:
+    """``x`` as (rows, values) when ``axis`` is its trailing axes and each row holds at most
+    MATVEC_MEAN_MAX values of a C-contiguous host float array (sums whose rounding stays small
+    without numpy's pairwise order); else None."""
+    count = math.prod(x.shape[a] for a in axis)
+    if (
+        xp is np
+        and axis
+        and x.dtype in (np.float32, np.float64)
+        and x.flags.c_contiguous
+        and tuple(sorted(axis)) == tuple(range(x.ndim - len(axis), x.ndim))
+        and 0 < count <= MATVEC_MEAN_MAX
+    ):
+        return x.reshape(-1, count)
+    return None
 
 
 def _l2(xp: Any, x: Any, axis: tuple[int, ...], keepdims: bool) -> Any:
     w = _float_work(x)
+    if _trailing_rows(xp, w, axis) is not None:
+        return xp.sqrt(_sum_square(xp, w, axis, keepdims))
     return xp.sqrt(xp.sum(w * w, axis=axis, keepdims=keepdims))
 
 

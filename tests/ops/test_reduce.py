@@ -158,6 +158,28 @@ def test_reduce_dtypes_match_onnxruntime(op: str, dtype: Any) -> None:
         assert_same(got, want[0])
 
 
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceMean"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reductions_over_trailing_axes_match_onnxruntime(op: str, dtype: Any) -> None:
+    # Trailing axes of up to 4096 values a row sum as one BLAS product or one einsum pass
+    # (ops/reduce.py); longer rows, other axes and strided inputs keep numpy's pairwise sums.
+    rng = np.random.default_rng(5)
+    cases = [
+        (data_for(op, (2, 8, 7, 9), dtype, rng), [2, 3]),
+        (data_for(op, (3, 4, 700), dtype, rng), [-1]),
+        (data_for(op, (2, 5000), dtype, rng), [1]),  # over the limit
+        (data_for(op, (2, 6, 7, 9), dtype, rng)[:, ::2], [2, 3]),  # strided
+    ]
+    for x, axes in cases:
+        for keepdims in (0, 1):
+            model, inputs = reduce_case(op, x, axes, 18, keepdims=keepdims)
+            got = run_ours(model, inputs)[0]
+            want = run_ort(model, inputs)
+            assert want is not None
+            assert got.shape == want[0].shape and got.dtype == want[0].dtype
+            np.testing.assert_allclose(got, want[0], rtol=2e-5 if dtype == np.float32 else 1e-12)
+
+
 def _numpy_reduce(op: str, x: np.ndarray, axes: list[int] | None, keepdims: int) -> np.ndarray:
     ax = tuple(range(x.ndim)) if not axes else tuple(a % x.ndim for a in axes)
     w = x.astype(np.float64)
