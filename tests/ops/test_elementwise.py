@@ -286,6 +286,25 @@ def test_out_buffers_are_written_and_returned() -> None:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("slope_shape", [(4, 1, 1), (1,), (2, 4, 3, 5)])
+def test_prelu_matches_its_definition_with_specials(dtype: type, slope_shape: tuple[int, ...]) -> None:
+    """PRelu as max(x, 0) + slope * min(x, 0): per channel, scalar-like and full slopes, slopes
+    above 1 and negative, NaN and infinities as where(x < 0, x * slope, x) gives them."""
+    from onnxpy.ops.elementwise import prelu
+
+    rng = np.random.default_rng(14)
+    x = (rng.standard_normal((2, 4, 3, 5)) * 3).astype(dtype)
+    x[0, 0, 0, :4] = [np.nan, np.inf, -np.inf, 0.0]
+    slope = rng.uniform(-2, 3, slope_shape).astype(dtype)
+    with np.errstate(invalid="ignore"):
+        want = np.where(x < 0, x * slope, x)
+        got = prelu(np, x, slope)
+    assert got.dtype == dtype and got.shape == x.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~np.isnan(want)], want[~np.isnan(want)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 def test_sigmoid_is_accurate_on_both_sides_without_warnings(dtype: type) -> None:
     """Sigmoid as 1 / (1 + exp(-x)) (ops/elementwise.logistic): relative error near rounding
     wherever the result is a normal number, 0 (not NaN, no warning) where exp(-x) overflows,
