@@ -286,6 +286,24 @@ def test_out_buffers_are_written_and_returned() -> None:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_elu_and_selu_are_where_forms_bit_for_bit(dtype: type) -> None:
+    """Elu and Selu as max(x, 0) + alpha * expm1(min(x, 0)) (times gamma): the where() forms'
+    values exactly, NaN and infinities included."""
+    from onnxpy.ops.elementwise import elu, selu
+
+    x = (np.random.default_rng(15).standard_normal(5000) * 5).astype(dtype)
+    x[:5] = [np.nan, np.inf, -np.inf, 0.0, -0.0]
+    t = np.dtype(dtype).type
+    with np.errstate(all="ignore"):
+        want_elu = np.where(x > 0, x, np.expm1(np.minimum(x, 0)) * t(0.7))
+        want_selu = np.where(x > 0, x, np.expm1(np.minimum(x, 0)) * t(1.6732632)) * t(1.0507)
+        got_elu, got_selu = elu(np, x, alpha=0.7), selu(np, x, alpha=1.6732632, gamma=1.0507)
+    assert got_elu.dtype == got_selu.dtype == dtype
+    np.testing.assert_array_equal(got_elu, want_elu.astype(dtype))
+    np.testing.assert_array_equal(got_selu, want_selu.astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("slope_shape", [(4, 1, 1), (1,), (2, 4, 3, 5)])
 def test_prelu_matches_its_definition_with_specials(dtype: type, slope_shape: tuple[int, ...]) -> None:
     """PRelu as max(x, 0) + slope * min(x, 0): per channel, scalar-like and full slopes, slopes
