@@ -435,9 +435,9 @@ _BLOCK_BYTES = 512 << 10
 # time: a block of an NCHW image is one contiguous run, so each block takes the flat passes
 # (long contiguous loops) while its array and the temporaries stay in L2. Strided views of a
 # whole block (the plane blocks above) cut every pass into loops one row long, which for a
-# stride-1 pool costs more than the cache saves: 3x3/1 max pools on 288x35x35 868 -> 321 us,
-# 480x28x28 867 -> 361, 832x28x28 1533 -> 597, against whole-array flat passes 453, 544 and
-# more (Xeon, 2 MB L2; measured alone, hot). Below about 1 MB the whole-array passes are as
+# stride-1 pool costs more than the cache saves: 3x3/1 max pools on 288x35x35 815 -> 283 us,
+# 480x28x28 861 -> 310, 832x28x28 1487 -> 528 (whole-array flat passes: 453, 544, ...; Xeon,
+# 2 MB L2, measured alone, hot). Below about 1 MB the whole-array passes are as
 # fast (0.6-0.9 MB: within 5%); at 1.0 MB (Inception v2's 320x28x28) blocks gain 254 -> 200.
 _CHANNEL_BLOCKED_MIN_BYTES = 960 << 10
 _CHANNEL_BLOCK_BYTES = 512 << 10
