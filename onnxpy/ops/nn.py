@@ -367,40 +367,30 @@ def _normalize_trailing(work: np.ndarray, axis: int, epsilon: float) -> tuple[An
     """``_normalize`` over the trailing axes from ``axis`` on a host array: the statistics of
     each row of the (rows, cols) view as BLAS products, the normalization in place on the one
     fresh array. Returns the normalized array (work's shape) and mean and 1/std (keepdims)."""
-    rows = math.prod(work.shape[:axis])
-    cols = math.prod(work.shape[axis:])
-    x2 = work.reshape(rows, cols)
-    n = work.dtype.type(cols)
-    # Sums divided by the count, not products with a rounded 1/n (inexact means of constant
-    # rows otherwise, as ops/pool.py's _spatial_mean found).
-    mean = x2 @ _row_vector(cols, 1.0, work.dtype)
-    mean /= n
-    centered = x2 - mean[:, None]
-    # Row sums of squares in one einsum pass, without a squared temporary (LayerNorm on BERT's
-    # 128x128: 39 -> 29 us with the change below).
-    var = np.einsum("ij,ij->i", centered, centered)
-    var /= n
-    var += work.dtype.type(epsilon)
-    inv_std = np.sqrt(var, out=var)
-    np.divide(work.dtype.type(1), inv_std, out=inv_std)
+    x2 = work.reshape(math.prod(work.shape[:axis]), math.prod(work.shape[axis:]))
+    centered, mean, inv_std = _row_stats(x2, epsilon)
     centered *= inv_std[:, None]
     stat_shape = work.shape[:axis] + (1,) * (work.ndim - axis)
     return centered.reshape(work.shape), mean.reshape(stat_shape), inv_std.reshape(stat_shape)
 
 
-def _row_stats(x2: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's centred values (a fresh array) and 1/std of a 2-D host array: the sums as one
-    BLAS product, the squares summed by one einsum pass (no squared temporary)."""
+def _row_stats(x2: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's centred values (a fresh array), mean and 1/std, of a 2-D host array."""
     cols = x2.shape[1]
+    n = x2.dtype.type(cols)
+    # Sums divided by the count, not products with a rounded 1/n (inexact means of constant
+    # rows otherwise, as ops/pool.py's _spatial_mean found).
     mean = x2 @ _row_vector(cols, 1.0, x2.dtype)
-    mean /= x2.dtype.type(cols)  # sums over the count (see _normalize_trailing)
+    mean /= n
     centered = x2 - mean[:, None]
+    # Row sums of squares in one einsum pass, without a squared temporary (LayerNorm on BERT's
+    # 128x128: 39 -> 29 us).
     var = np.einsum("ij,ij->i", centered, centered)
-    var /= x2.dtype.type(cols)
+    var /= n
     var += x2.dtype.type(epsilon)
     inv_std = np.sqrt(var, out=var)
     np.divide(x2.dtype.type(1), inv_std, out=inv_std)
-    return centered, inv_std
+    return centered, mean, inv_std
 
 
 def _fast_norm_dtype(x: Any) -> bool:
@@ -436,7 +426,7 @@ def instance_norm(
         # in place. Four passes where the general form makes eight over fresh arrays
         # (64x128x128: 2075 -> 1090 us; onnxruntime 407).
         n = x.shape[0]
-        centered, inv_std = _row_stats(x.reshape(n * c, -1), epsilon)
+        centered, _, inv_std = _row_stats(x.reshape(n * c, -1), epsilon)
         coef = inv_std.reshape(n, c) * scale
         return _rows_scaled(centered, coef.reshape(-1), np.broadcast_to(B, (n, c)).reshape(-1)).reshape(x.shape)
     y, _, _ = _normalize(xp, _up(x), tuple(range(2, x.ndim)), epsilon)
@@ -476,7 +466,7 @@ def group_norm_18(
     if xp is np and _fast_norm_dtype(X) and scale.dtype == bias.dtype == X.dtype:
         # Each (image, group) is a row, scaled and shifted per group: in place, as InstanceNorm.
         n = X.shape[0]
-        centered, inv_std = _row_stats(x3.reshape(n * num_groups, -1), epsilon)
+        centered, _, inv_std = _row_stats(x3.reshape(n * num_groups, -1), epsilon)
         coef = inv_std.reshape(n, num_groups) * scale.reshape(-1)
         shift = np.broadcast_to(bias.reshape(-1), (n, num_groups)).reshape(-1)
         return _rows_scaled(centered, coef.reshape(-1), shift).reshape(X.shape)
@@ -510,7 +500,7 @@ def group_norm(
         # 1/std times its own scale and shifted, in place on the centred copy (four passes;
         # 320x64x64 in 32 groups: 2935 -> 1520 us; onnxruntime 2017).
         n = X.shape[0]
-        centered, inv_std = _row_stats(work.reshape(n * num_groups, -1), epsilon)
+        centered, _, inv_std = _row_stats(work.reshape(n * num_groups, -1), epsilon)
         coef = np.repeat(inv_std.reshape(n, num_groups), c // num_groups, axis=1) * scale.reshape(-1)
         shift = np.broadcast_to(bias.reshape(-1), (n, c)).reshape(-1)
         return _rows_scaled(centered.reshape(n * c, -1), coef.reshape(-1), shift).reshape(X.shape)
