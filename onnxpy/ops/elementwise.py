@@ -274,11 +274,34 @@ def tanh(xp: Any, x: Any) -> Any:
 @op("LeakyRelu", 6)
 def leaky_relu(xp: Any, x: Any, *, alpha: float = 0.01) -> Any:
     a = x.dtype.type(alpha)
-    if xp is np and 0 <= alpha <= 1 and x.dtype.kind == "f":
-        # max(x, a x) is x for x >= 0 and a x below: two fast passes where where() takes one
-        # slow one (numpy's where: about 3.5 ns a value, against 0.1-0.2 for each of these).
-        return np.maximum(x, x * a)
+    if xp is np and 0 < alpha <= 1 and x.dtype.kind == "f" and x.ndim:
+        return leaky_relu_into(x, alpha, np.empty_like(x))
     return xp.where(x >= 0, x, x * a)
+
+
+# Values per block of a large LeakyRelu: its product and maximum then meet in L2
+# (256x80x80: 1129 -> 590 us; small arrays run whole).
+_LEAKY_BLOCK = 1 << 16
+
+
+def leaky_relu_into(x: np.ndarray, alpha: float, out: np.ndarray) -> np.ndarray:
+    """LeakyRelu of a host float array with 0 < alpha <= 1 into ``out`` (x's shape; may be x):
+    max(x, alpha x) is x for x >= 0 and alpha x below, two fast passes where numpy's where()
+    takes one slow one (about 3.5 ns a value). NaN stays NaN, -0 stays -0, infinities keep
+    their sign (alpha 0 would make inf * 0 a NaN: the callers keep where() for it). Large
+    arrays go a block at a time in their memory order."""
+    a = x.dtype.type(alpha)
+    flat = flat_in_memory_order(x, out) if x.size > 4 * _LEAKY_BLOCK else None
+    if flat is None:
+        return np.maximum(x, x * a, out=out)
+    src, dst = flat
+    t = np.empty(_LEAKY_BLOCK, dtype=x.dtype)
+    for start in range(0, src.size, _LEAKY_BLOCK):
+        block = src[start : start + _LEAKY_BLOCK]
+        tb = t[: block.size]
+        np.multiply(block, a, out=tb)
+        np.maximum(block, tb, out=dst[start : start + block.size])
+    return out
 
 
 @op("Elu", 6)

@@ -22,7 +22,7 @@ from ._erf import gelu32
 from ._layout import is_channels_last
 from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
-from .elementwise import gelu, logistic, swish
+from .elementwise import gelu, leaky_relu_into, logistic, swish
 from .nn import gemm
 from .pool import _max_pool
 from .registry import memoized, op
@@ -48,6 +48,10 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
         return floor_at(xp, y, 0, out=y)
     t = y.dtype.type
     if activation == "LeakyRelu":
+        if xp is np and 0 < params[0] <= 1 and y.dtype.kind == "f":
+            # max(y, alpha y) in place: two passes instead of three (1.6 M values 1.2 -> 0.6 ms,
+            # blocked), and -0 stays -0 as onnxruntime keeps it.
+            return leaky_relu_into(y, params[0], y)
         neg = clamp(xp, y, None, t(0))
         neg *= t(1 - params[0])
         y -= neg

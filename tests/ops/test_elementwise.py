@@ -285,6 +285,39 @@ def test_out_buffers_are_written_and_returned() -> None:
     np.testing.assert_array_equal(c, np.maximum(a, 0))
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.01, 0.3, 1.0])
+@pytest.mark.parametrize("layout", ["small", "blocked", "channels_last", "strided"])
+def test_leaky_relu_as_a_maximum_matches_its_definition(
+    monkeypatch: pytest.MonkeyPatch, alpha: float, layout: str
+) -> None:
+    """LeakyRelu with 0 < alpha <= 1 as max(x, alpha x), the op and the fused activation (in
+    place): where(x >= 0, x, alpha x)'s values and signed zeros, NaN and infinities kept, large
+    arrays a block at a time in their memory order (here blocks of 100 values); alpha 0 keeps
+    the other forms, with the same values."""
+    from onnxpy.ops import elementwise
+    from onnxpy.ops.fused import apply_activation
+
+    monkeypatch.setattr(elementwise, "_LEAKY_BLOCK", 100)
+    rng = np.random.default_rng(16)
+    x = (rng.standard_normal((2, 6, 7, 9)) * 3).astype(np.float32)
+    x[0, 0, 0, :4] = [np.nan, -0.0, -np.inf, np.inf]
+    if layout == "small":
+        x = x[:1, :1]  # under four blocks: one whole-array pass
+    elif layout == "channels_last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    elif layout == "strided":
+        x = x[:, ::2]
+    want = np.where(x >= 0, x, x * np.float32(alpha))
+    with np.errstate(invalid="ignore"):
+        got = elementwise.leaky_relu(np, x, alpha=alpha)
+        fused = apply_activation(np, x.copy(), "LeakyRelu", [alpha])
+    for y in (got, fused):
+        assert y.shape == x.shape and y.dtype == np.float32
+        np.testing.assert_array_equal(y, want)
+        if alpha:  # (alpha 0 keeps the older forms, whose zeros may lose their sign)
+            np.testing.assert_array_equal(np.signbit(y), np.signbit(want))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 def test_elu_and_selu_are_where_forms_bit_for_bit(dtype: type) -> None:
     """Elu and Selu as max(x, 0) + alpha * expm1(min(x, 0)) (times gamma): the where() forms'
