@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ._clamp import np_clip
-from ._layout import flat_in_memory_order
+from ._layout import blocks_in_memory_order, flat_in_memory_order
 
 _K = 3.0
 
@@ -98,20 +98,18 @@ def _erf32_blocked(x: np.ndarray, scale: float) -> np.ndarray:
     """``_erf32`` of a large host array, _ERF_BLOCK values at a time in x's memory order (the
     result keeps it), through reused temporaries: the same operations, so the same bits."""
     result = np.empty_like(x, dtype=np.float32)
-    views = flat_in_memory_order(x, result)
-    if views is None:  # x is not one run of memory
+    blocks = blocks_in_memory_order(x, result, _ERF_BLOCK)
+    if blocks is None:  # x is not one run of memory
         result[...] = _erf32_blocked(np.ascontiguousarray(x), scale)
         return result
-    flat, y = views
     v, u, den = (np.empty(_ERF_BLOCK, dtype=np.float32) for _ in range(3))
-    for start in range(0, flat.size, _ERF_BLOCK):
-        block = flat[start : start + _ERF_BLOCK]
+    for block, dst in blocks:
         n = block.size
         vb = v[:n]
         vb[...] = block  # to float32, as x.astype(np.float32)
         if scale != 1.0:
             vb *= np.float32(scale)
-        _erf32_core(np, vb, u[:n], y[start : start + n], den[:n])
+        _erf32_core(np, vb, u[:n], dst, den[:n])
     return result
 
 

@@ -33,6 +33,17 @@ def flat_in_memory_order(x: Any, out: Any) -> tuple[np.ndarray, np.ndarray] | No
     return xt.reshape(-1), ot.reshape(-1)
 
 
+def blocks_in_memory_order(x: Any, out: Any, size: int) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Matching 1-D blocks of at most ``size`` values of ``x`` and ``out``, in their shared
+    memory order (see flat_in_memory_order), for elementwise kernels that keep their passes in
+    cache; None where the two are not one run each in the same order."""
+    flat = flat_in_memory_order(x, out)
+    if flat is None:
+        return None
+    src, dst = flat
+    return [(src[i : i + size], dst[i : i + size]) for i in range(0, src.size, size)]
+
+
 def is_channels_last(x: Any) -> bool:
     """True for a 4-D numpy array whose channel axis is the contiguous one (C > 1)."""
     return (
