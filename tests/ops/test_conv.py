@@ -141,6 +141,9 @@ CONV_CASES = [
     # output rows past the image at both ends (every tap misses some of them).
     ("tap_sum_pads_beyond_reach", (1, 16, 5, 6), (3, 16, 3, 3), 1, [1, 1], [4, 3, 5, 4], [1, 1]),
     ("tap_sum_one_row", (2, 16, 1, 7), (4, 16, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
+    # Output rows as long as the input's: X read in place, the columns a shift reads across a
+    # row's end zeroed in the product (here shifts of -3 to +3 on rows of 8).
+    ("tap_sum_1x7_rows_in_place", (2, 16, 5, 8), (4, 16, 1, 7), 1, [1, 1], [0, 3, 0, 3], [1, 1]),
     ("winograd_f4", (1, 128, 27, 29), (128, 128, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f4_odd_asymmetric", (1, 128, 29, 27), (136, 128, 3, 3), 1, [1, 1], [0, 1, 2, 0], [1, 1]),
     ("winograd_f4_three_times_wider", (1, 32, 28, 28), (96, 32, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
@@ -768,6 +771,25 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         "depthwise_channels_last",
         "depthwise_channels_last",
     ]
+
+
+def test_tap_sum_writes_a_channel_slice_of_a_concatenation_in_place() -> None:
+    """The tap sum adds its shifted products straight into ``into`` when that holds whole rows
+    (a concatenation's channel slice, as ConcatConv hands over), two images, with the bias; the
+    channels around the slice stay untouched."""
+    from onnxpy.ops import conv as conv_mod
+
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((2, 24, 6, 7)).astype(np.float32)
+    w = rng.standard_normal((5, 24, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    buffer = np.full((2, 9, 6, 7), 7.0, dtype=np.float32)
+    into = buffer[:, 2:7]
+    got = conv_mod.conv_nd(np, x, w, b, pads=[1, 1, 1, 1], into=into)
+    assert got is into
+    want = reference_conv(x, w, b, [1, 1], [1, 1, 1, 1], [1, 1], 1)
+    assert_conv_close(buffer[:, 2:7], want, term_scale(x, w, b, [1, 1], [1, 1, 1, 1], [1, 1], 1))
+    assert np.all(buffer[:, :2] == 7.0) and np.all(buffer[:, 7:] == 7.0)
 
 
 def test_bias_augmented_weights_follow_changes_to_writable_weights() -> None:
