@@ -219,6 +219,8 @@ def _gemm_stack(a: np.ndarray, b: np.ndarray, out: np.ndarray, count: int) -> bo
     item = dt.itemsize
     m, k = a.shape[-2:]
     n = b.shape[-1]
+    if m * n * k <= _BATCH_MIN_MNK:
+        return False  # OpenBLAS's small-matrix kernels crash the process here (see above)
     ta = _operand(a.shape[-2:], a.strides[-2:], item)
     tb = _operand(b.shape[-2:], b.strides[-2:], item)
     ldc = out.strides[-2] // item

@@ -191,3 +191,20 @@ def test_version_gate_refuses_unknown_openblas(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(_blas, "_batch_routines", {})
     monkeypatch.setattr(_blas, "_openblas_config", lambda: "")
     assert _blas._batch_routine(np.dtype(np.float64)) is None
+
+
+@batch_available
+def test_the_batched_call_itself_refuses_small_products() -> None:
+    """The batched call refuses products OpenBLAS would send to its crashing small-matrix
+    kernels, whoever calls it (not only through ``batches``): False, ``out`` untouched."""
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((4, 34, 34)).astype(np.float32)  # ShuffleNet's grouped 1x1 shape
+    b = rng.standard_normal((4, 34, 784)).astype(np.float32)
+    out = np.full((4, 34, 784), 5.0, dtype=np.float32)
+    assert not _blas._gemm_stack(a, b, out, 4)
+    assert np.all(out == 5.0)
+    big_a = rng.standard_normal((2, 101, 101)).astype(np.float32)
+    big_b = rng.standard_normal((2, 101, 101)).astype(np.float32)
+    big_out = np.empty((2, 101, 101), dtype=np.float32)
+    assert _blas._gemm_stack(big_a, big_b, big_out, 2)
+    np.testing.assert_allclose(big_out, big_a @ big_b, rtol=1e-4, atol=1e-3)
