@@ -699,8 +699,14 @@ def _conv2d_tap_sum(
     left, right = max(0, -min(offsets)), max(0, max(offsets) + n_out - n_in)
     y = xp.empty((n, m, oh, ow), dtype=x.dtype) if into is None else into
     # Sums straight into the result where its rows are the accumulator's (and it is not X's
-    # memory, which later tap groups read again).
-    direct = row == ow and n > 0 and y[0].flags.c_contiguous and not (into is not None and np.may_share_memory(y, x))
+    # memory, which later tap groups read again). Host arrays: CuPy keeps the accumulator.
+    direct = (
+        xp is np
+        and row == ow
+        and n > 0
+        and y[0].flags.c_contiguous
+        and not (into is not None and np.may_share_memory(y, x))
+    )
     acc = None if direct else xp.empty((m, n_out), dtype=x.dtype)
     prod = xp.empty((min(taps, _TAPS_PER_GEMM) * m, left + n_in + right), dtype=x.dtype)
     prod[:, :left] = 0

@@ -528,3 +528,26 @@ def test_quantized_models_fused_on_the_device_match_the_cpu(fake_gpu: type, tmp_
         assert on_device & {"FakeQuant", "FusedConv", "ShiftedIntegerMatMul"}, _layout(sess)
         got = sess.run(None, feeds)[0]
         assert got.tobytes() == _cpu(model, feeds)[0].tobytes()
+
+
+def test_concatenated_tap_sum_convolutions_run_on_the_device(fake_gpu: type) -> None:
+    """A concatenation of a 1x1 and a narrow 3x3 convolution (M <= C/4: the tap sum) on the
+    device: the members write their channels of the result, the device arrays never meet numpy."""
+    rng = np.random.default_rng(11)
+    inits = {
+        "w1": rng.standard_normal((4, 16, 1, 1)).astype(np.float32),
+        "b1": rng.standard_normal(4).astype(np.float32),
+        "w3": rng.standard_normal((4, 16, 3, 3)).astype(np.float32),
+        "b3": rng.standard_normal(4).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"]),
+        helper.make_node("Conv", ["x", "w3", "b3"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["a", "c"], ["y"], axis=1),
+    ]
+    model = make_model(nodes, [vinfo("x", F, [1, 16, 6, 7])], [vinfo("y", F, [1, 8, 6, 7])], inits)
+    x = rng.standard_normal((1, 16, 6, 7)).astype(np.float32)
+    sess = _session(model, optimize=True)
+    assert ("ConcatConv", fake_device.DEVICE) in _layout(sess)
+    (y,) = sess.run(None, {"x": x})
+    np.testing.assert_allclose(y, _cpu(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
