@@ -54,11 +54,70 @@ def nbytes(values: Iterable[Any]) -> int:
     return sum(int(getattr(v, "nbytes", 0) or 0) for v in values if v is not None and not isinstance(v, list))
 
 
-def _thread_stats() -> dict[str, Any]:
-    """onnxruntime's thread_scheduling_stats for a node run on the calling thread alone."""
-    main = {"thread_pool_name": "", "thread_id": str(threading.get_ident()), "block_size": [], "core": -1}
+def _thread_stats(thread: int) -> dict[str, Any]:
+    """onnxruntime's thread_scheduling_stats for a node run on one thread (``threading.get_ident()``) alone."""
+    main = {"thread_pool_name": "", "thread_id": str(thread), "block_size": [], "core": -1}
     main.update(Distribution=0, DistributionEnqueue=0, Run=0, Wait=0, WaitRevoke=0)
     return {"main_thread": main, "sub_threads": {}}
+
+
+def _signature(values: list[Any]) -> tuple[Any, ...]:
+    """What a node's profile entry says about ``values``: each one's dtype and shape (numpy's
+    shape tuples compare by value)."""
+    return tuple((getattr(v, "dtype", None), getattr(v, "shape", None)) if v is not None else None for v in values)
+
+
+class _NodeArgs:
+    """One node's event name and the inputs and outputs an event's ``args`` describe, kept as
+    numbers and names; ``build`` makes the args dict."""
+
+    __slots__ = (
+        "name",
+        "op_type",
+        "index",
+        "provider",
+        "thread",
+        "parameter_bytes",
+        "ins",
+        "outs",
+        "in_bytes",
+        "out_bytes",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        op_type: str,
+        index: int,
+        provider: str,
+        thread: int,
+        parameter_bytes: int,
+        inputs: list[Any],
+        outputs: list[Any],
+    ) -> None:
+        self.name = name
+        self.op_type = op_type
+        self.index = index
+        self.provider = provider
+        self.thread = thread
+        self.parameter_bytes = parameter_bytes
+        self.ins = type_shape(inputs)
+        self.outs = type_shape(outputs)
+        self.in_bytes = nbytes(inputs)
+        self.out_bytes = nbytes(outputs)
+
+    def build(self) -> dict[str, Any]:
+        return {
+            "op_name": self.op_type,
+            "node_index": str(self.index),
+            "provider": self.provider,
+            "input_type_shape": [{k: list(v) for k, v in d.items()} for d in self.ins],
+            "output_type_shape": [{k: list(v) for k, v in d.items()} for d in self.outs],
+            "output_size": str(self.out_bytes),
+            "activation_size": str(self.in_bytes - self.parameter_bytes),
+            "parameter_size": str(self.parameter_bytes),
+            "thread_scheduling_stats": _thread_stats(self.thread),
+        }
 
 
 #: events one profiling session keeps, as onnxruntime's profiler (later ones are dropped with
@@ -68,7 +127,15 @@ MAX_EVENTS = 1_000_000
 
 
 class Profiler:
-    """Collects events for one session; ``write()`` saves them and returns the file's path."""
+    """Collects events for one session; ``write()`` saves them and returns the file's path.
+
+    A run records into flat lists: names, clock readings (floats) and, per node, a reference to
+    a shared description of its inputs and outputs, made once per distinct (node, thread, types
+    and shapes). The event dicts are built only when the trace is read or written. Recording a
+    dict per node (with its type and shape lists) kept a dozen new containers alive per node,
+    so Python's cyclic garbage collector ran inside profiled runs and each full collection
+    traversed every event recorded so far: ShuffleNet's profile showed one grouped 1x1
+    convolution at 671 us instead of its 112 (28 collections in 20 runs, one of 15 ms)."""
 
     def __init__(self, prefix: str, start: float | None = None) -> None:
         """``start``: a ``time.perf_counter()`` reading taken when profiling began (default: now)."""
@@ -81,7 +148,14 @@ class Profiler:
         self.start_ns = time.time_ns() - int((time.perf_counter() - start) * 1e9)
         now = datetime.datetime.now() - datetime.timedelta(seconds=max(0.0, time.perf_counter() - start))
         self._stamp = now.strftime("%Y-%m-%d_%H-%M-%S") + f"_{now.microsecond // 1000:03d}"
-        self._events: list[dict[str, Any]] = []
+        # One entry per event in each list.
+        self._names: list[str] = []
+        self._starts: list[float] = []
+        self._ends: list[float] = []
+        self._tids: list[int] = []
+        # A Session event's args (a dict, or None for none) or a node's _NodeArgs.
+        self._args: list[Any] = []
+        self._node_args: dict[tuple[Any, ...], _NodeArgs] = {}
         self._lock = threading.Lock()
         self.max_events = MAX_EVENTS
         self.dropped = 0
@@ -91,7 +165,7 @@ class Profiler:
         return int(round((t - self.start_s) * 1e6))
 
     def session_event(self, name: str, start: float, end: float, args: dict[str, Any] | None = None) -> None:
-        self._add("Session", name, start, end, args or {})
+        self._add(name, start, end, args or None)
 
     def node_event(
         self,
@@ -104,40 +178,25 @@ class Profiler:
         parameter_bytes: int = 0,
     ) -> None:
         """One executed node. ``parameter_bytes``: the part of the inputs that are constants."""
-        in_bytes = nbytes(inputs)
-        self._add(
-            "Node",
-            f"{step.node_name or step.op_type + '_' + str(step.index)}_kernel_time",
-            start,
-            end,
-            {
-                "op_name": step.op_type,
-                "node_index": str(step.index),
-                "provider": provider,
-                "input_type_shape": type_shape(inputs),
-                "output_type_shape": type_shape(outputs),
-                "output_size": str(nbytes(outputs)),
-                "activation_size": str(in_bytes - parameter_bytes),
-                "parameter_size": str(parameter_bytes),
-                "thread_scheduling_stats": _thread_stats(),
-            },
-        )
+        thread = threading.get_ident()
+        key = (step.index, thread, provider, parameter_bytes, _signature(inputs), _signature(outputs))
+        args = self._node_args.get(key)
+        if args is None:
+            name = f"{step.node_name or step.op_type + '_' + str(step.index)}_kernel_time"
+            args = _NodeArgs(name, step.op_type, step.index, provider, thread, parameter_bytes, inputs, outputs)
+            with self._lock:
+                args = self._node_args.setdefault(key, args)
+        self._add(args.name, start, end, args)
 
-    def _add(self, cat: str, name: str, start: float, end: float, args: dict[str, Any]) -> None:
-        ts = self._us(start)
-        event = {
-            "cat": cat,
-            "pid": self.pid,
-            "tid": threading.get_native_id(),
-            "dur": max(0, self._us(end) - ts),
-            "ts": ts,
-            "ph": "X",
-            "name": name,
-            "args": args,
-        }
+    def _add(self, name: str, start: float, end: float, args: Any) -> None:
+        tid = threading.get_native_id()
         with self._lock:
-            if len(self._events) < self.max_events:
-                self._events.append(event)
+            if len(self._names) < self.max_events:
+                self._names.append(name)
+                self._starts.append(start)
+                self._ends.append(end)
+                self._tids.append(tid)
+                self._args.append(args)
                 return
             self.dropped += 1
             first = self.dropped == 1
@@ -150,8 +209,26 @@ class Profiler:
 
     @property
     def events(self) -> list[dict[str, Any]]:
+        """The events recorded so far, as fresh dicts in onnxruntime's format."""
         with self._lock:
-            return list(self._events)
+            rows = list(zip(self._names, self._starts, self._ends, self._tids, self._args, strict=True))
+        events = []
+        for name, start, end, tid, args in rows:
+            ts = self._us(start)
+            node = isinstance(args, _NodeArgs)
+            events.append(
+                {
+                    "cat": "Node" if node else "Session",
+                    "pid": self.pid,
+                    "tid": tid,
+                    "dur": max(0, self._us(end) - ts),
+                    "ts": ts,
+                    "ph": "X",
+                    "name": name,
+                    "args": args.build() if node else dict(args or {}),
+                }
+            )
+        return events
 
     def write(self) -> str:
         """Write ``<prefix>_<date>_<time>.json`` (onnxruntime's naming) and return its path."""

@@ -236,3 +236,39 @@ def test_events_stop_at_the_cap_with_one_warning(tmp_path: Path, caplog: pytest.
     events = load_trace(sess.end_profiling())
     assert len(events) == 25
     assert events[0]["name"].startswith("model_loading")
+
+
+def test_profiled_runs_leave_nothing_for_the_garbage_collector(tmp_path: Path) -> None:
+    """A profiled run records numbers and references, not a dict per node: objects the cyclic
+    garbage collector tracks stay as many however many runs are recorded, so no collection
+    (whose pause a node's time would absorb) is set off by profiling. Recording a dict per node
+    added about a dozen tracked objects a node."""
+    import gc
+
+    so = onnxpy.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof")
+    sess = onnxpy.InferenceSession(str(DEMO_MODEL), so)
+    feeds = {"input": X}
+    for _ in range(3):  # the first runs describe each node once
+        sess.run(None, feeds)
+    gc.collect()
+    before = len(gc.get_objects())
+    for _ in range(100):
+        sess.run(None, feeds)
+    gc.collect()
+    grew = len(gc.get_objects()) - before
+    assert grew < 20, f"{grew} more tracked objects after 100 profiled runs"
+    profiler = sess._profiler
+    assert profiler is not None
+    recorded = profiler.events
+    nodes = [e for e in recorded if e["cat"] == "Node"]
+    assert nodes and len(nodes) % 103 == 0
+    assert [e["name"] for e in recorded].count("model_run") == 103
+    # Each event is a dict of its own: changing one leaves the others (and the trace) alone.
+    first, last = nodes[0], nodes[-len(nodes) // 103]
+    assert first["name"] == last["name"] and first["args"] == last["args"]
+    first["args"]["input_type_shape"].clear()
+    assert last["args"]["input_type_shape"]
+    written = [e for e in load_trace(sess.end_profiling()) if e["cat"] == "Node"]
+    assert written[0]["name"] == first["name"] and written[0]["args"]["input_type_shape"]
