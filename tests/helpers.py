@@ -106,6 +106,18 @@ CONTRIB_SKIP_REASON = (
 )
 
 
+def draw_padded_map(draw: Any, reach: Sequence[int], max_pad: int, largest: int) -> tuple[list[int], tuple[int, int]]:
+    """For a hypothesis strategy: 2-D pads (begin, begin, end, end) up to ``max_pad`` and a map
+    size up to ``largest`` on which a kernel spanning ``reach`` (its dilated extent) yields at
+    least one output position."""
+    from hypothesis import strategies as st
+
+    pads = [draw(st.integers(0, max_pad)) for _ in range(4)]
+    h = draw(st.integers(max(1, reach[0] - pads[0] - pads[2]), largest))
+    w = draw(st.integers(max(1, reach[1] - pads[1] - pads[3]), largest))
+    return pads, (h, w)
+
+
 def vinfo(name: str, elem: int = TensorProto.FLOAT, shape: Sequence[Any] | None = None) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, shape)
 

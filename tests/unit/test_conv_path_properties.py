@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from onnxpy.ops import _winograd_cl, conv
+from tests.helpers import draw_padded_map
 from tests.ops.test_conv import assert_conv_close, reference_conv, term_scale
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -32,6 +33,16 @@ def _winograd_tile(r: int) -> Callable[..., int]:
         return r if [list(k), list(strides), list(dilations)] == list(WINOGRADABLE) else 0
 
     return tile
+
+
+def _winograd_path(r: int, channels_last: bool) -> tuple[dict[tuple[Any, str], Any], Callable[..., bool]]:
+    """Winograd F(r x r, 3x3), in NCHW or channels-last memory, on every 3x3 stride-1 layer."""
+    patches = {
+        (conv, "_tap_sum_pays"): lambda *a: False,
+        (conv, "_winograd_tile"): _winograd_tile(r),
+        (_winograd_cl, "pays"): lambda *a: channels_last,
+    }
+    return patches, lambda k, s, d, g: g == 1 and (k, s, d) == WINOGRADABLE
 
 
 # Each path: the selectors patched to force it, and whether it applies to a geometry (kernel,
@@ -56,38 +67,11 @@ PATHS: dict[str, tuple[dict[tuple[Any, str], Any], Callable[[list[int], list[int
         },
         lambda k, s, d, g: g == 1 and s == [1, 1] and k != [1, 1],
     ),
-    "winograd_f2_nchw": (
-        {
-            (conv, "_tap_sum_pays"): lambda *a: False,
-            (conv, "_winograd_tile"): _winograd_tile(2),
-            (_winograd_cl, "pays"): lambda *a: False,
-        },
-        lambda k, s, d, g: g == 1 and (k, s, d) == WINOGRADABLE,
-    ),
-    "winograd_f4_nchw": (
-        {
-            (conv, "_tap_sum_pays"): lambda *a: False,
-            (conv, "_winograd_tile"): _winograd_tile(4),
-            (_winograd_cl, "pays"): lambda *a: False,
-        },
-        lambda k, s, d, g: g == 1 and (k, s, d) == WINOGRADABLE,
-    ),
-    "winograd_f2_channels_last": (
-        {
-            (conv, "_tap_sum_pays"): lambda *a: False,
-            (conv, "_winograd_tile"): _winograd_tile(2),
-            (_winograd_cl, "pays"): lambda *a: True,
-        },
-        lambda k, s, d, g: g == 1 and (k, s, d) == WINOGRADABLE,
-    ),
-    "winograd_f4_channels_last": (
-        {
-            (conv, "_tap_sum_pays"): lambda *a: False,
-            (conv, "_winograd_tile"): _winograd_tile(4),
-            (_winograd_cl, "pays"): lambda *a: True,
-        },
-        lambda k, s, d, g: g == 1 and (k, s, d) == WINOGRADABLE,
-    ),
+    **{
+        f"winograd_f{r}_{layout}": _winograd_path(r, layout == "channels_last")
+        for r in (2, 4)
+        for layout in ("nchw", "channels_last")
+    },
 }
 
 
@@ -111,10 +95,7 @@ def conv_cases(draw: Any) -> dict[str, Any]:
         k = [draw(st.integers(1, 5)), draw(st.integers(1, 5))]
         strides = [draw(st.integers(1, 3)), draw(st.integers(1, 3))] if draw(st.booleans()) else [1, 1]
         dilations = [draw(st.integers(1, 2)), draw(st.integers(1, 2))]
-    pads = [draw(st.integers(0, 4)) for _ in range(4)]
-    reach = [(k[i] - 1) * dilations[i] + 1 for i in range(2)]
-    h = draw(st.integers(max(1, reach[0] - pads[0] - pads[2]), 14))
-    w = draw(st.integers(max(1, reach[1] - pads[1] - pads[3]), 14))
+    pads, (h, w) = draw_padded_map(draw, [(k[i] - 1) * dilations[i] + 1 for i in range(2)], 4, 14)
     return {
         "n": draw(st.integers(1, 2)),
         "c": c,

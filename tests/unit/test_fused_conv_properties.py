@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from onnxpy.ops.concat_append import concat_append
 from onnxpy.ops.fused import concat_conv, fused_conv, pointwise_depthwise_conv
+from tests.helpers import draw_padded_map
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ZERO_KEEPING = [("", []), ("Relu", []), ("Clip", [0.0, 6.0]), ("LeakyRelu", [0.1]), ("Tanh", []), ("HardSwish", [])]
@@ -24,9 +25,7 @@ def pointwise_depthwise_cases(draw: Any) -> dict[str, Any]:
     shuffle = group1 if group1 > 1 and draw(st.booleans()) else 0
     kh, kw = draw(st.integers(1, 4)), draw(st.integers(2, 4))
     sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    pads = [draw(st.integers(0, 3)) for _ in range(4)]
-    h = draw(st.integers(max(1, kh - pads[0] - pads[2]), 9))
-    w = draw(st.integers(max(1, kw - pads[1] - pads[3]), 9))
+    pads, (h, w) = draw_padded_map(draw, [kh, kw], 3, 9)
     return {
         "n": draw(st.integers(1, 2)),
         "c": c,
