@@ -13,7 +13,8 @@ from onnxpy.ops.concat_append import concat_append
 from onnxpy.ops.fused import concat_conv, fused_conv, pointwise_depthwise_conv
 from tests.helpers import draw_padded_map
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized, as the convolution path properties: CI checks the same examples every run.
+SETTINGS = settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ZERO_KEEPING = [("", []), ("Relu", []), ("Clip", [0.0, 6.0]), ("LeakyRelu", [0.1]), ("Tanh", []), ("HardSwish", [])]
 
 
