@@ -10,6 +10,7 @@ import sys
 import threading
 import tracemalloc
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -118,19 +119,25 @@ def _rss_bytes() -> int | None:
         return None
 
 
+def _bound_session(seed: int, scale: float) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+    """The model's session, a (3, 8) input and the scale, and an IOBinding with both bound and
+    both outputs left to the session to allocate."""
+    sess = onnxpy.InferenceSession(_model().SerializeToString())
+    x = np.random.default_rng(seed).standard_normal((3, 8)).astype(np.float32)
+    s = np.array([scale], np.float32)
+    io = sess.io_binding()
+    io.bind_cpu_input("x", x)
+    io.bind_cpu_input("scale", s)
+    io.bind_output("y")
+    io.bind_output("z")
+    return sess, io, x, s
+
+
 def measure_growth(bursts: int = 5, runs: int = 2000) -> list[int]:
     """Memory after a warm-up burst, then after each further burst of ``runs`` runs mixing run and
     run_with_iobinding: resident bytes (Linux) or traced Python allocations (elsewhere), each
     minus the figure after the warm-up. Ends by checking the last results."""
-    sess = onnxpy.InferenceSession(_model().SerializeToString())
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((3, 8)).astype(np.float32)
-    scale = np.array([1.5], np.float32)
-    io = sess.io_binding()
-    io.bind_cpu_input("x", x)
-    io.bind_cpu_input("scale", scale)
-    io.bind_output("y")
-    io.bind_output("z")
+    sess, io, x, scale = _bound_session(seed=1, scale=1.5)
 
     def burst(n: int) -> None:
         for i in range(n):
@@ -185,14 +192,7 @@ def test_runs_keep_no_new_objects() -> None:
     run_with_iobinding: nothing a run makes (plans, memos, buffers' owners) is kept per run. One
     object kept a run would show as 300; measured growth is 0 or below (warm-up leftovers freed).
     Deterministic where resident memory is not, and sensitive to leaks far below a megabyte."""
-    sess = onnxpy.InferenceSession(_model().SerializeToString())
-    x = np.random.default_rng(2).standard_normal((3, 8)).astype(np.float32)
-    scale = np.array([0.5], np.float32)
-    io = sess.io_binding()
-    io.bind_cpu_input("x", x)
-    io.bind_cpu_input("scale", scale)
-    io.bind_output("y")
-    io.bind_output("z")
+    sess, io, x, scale = _bound_session(seed=2, scale=0.5)
 
     def one() -> None:
         sess.run(None, {"x": x, "scale": scale})
