@@ -178,7 +178,7 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("base", help="side A: an onnxpy checkout directory or a git revision of this repository")
     p.add_argument("new", nargs="?", default=str(REPO), help="side B (default: this checkout)")
@@ -196,7 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 1 or args.repeat < 1 or args.warmup < 0:
         p.error("--rounds and --repeat must be at least 1, --warmup at least 0")
-    args.random_weights = False  # bench.collect_models reads these
+    # bench.collect_models reads these too: the shared models as they are, nothing derived.
+    args.random_weights = args.quantized = args.half = False
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     result = compare(args)
     print(report(result))
     if args.json:

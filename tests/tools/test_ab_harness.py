@@ -71,3 +71,26 @@ def test_a_side_that_is_neither_checkout_nor_revision_is_refused(tmp_path: Path)
     )
     assert done.returncode != 0
     assert "is neither an onnxpy checkout nor a revision" in done.stderr
+
+
+def test_shared_models_are_collected_with_their_inputs(tmp_path: Path) -> None:
+    # The shared-models branch of bench.collect_models reads options ab.py does not offer (it
+    # once failed there with an AttributeError); a shared directory holding one model runs it.
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import ab
+        import bench
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    import onnx
+
+    onnx.save(bench.tiny_mlp(seed=0), str(shared / "mlp_copy.onnx"))
+    args = ab.parse_args(["HEAD", "--no-light", "--shared-dir", str(shared)])
+    work = tmp_path / "work"
+    work.mkdir()
+    models = ab.prepare_models(args, str(work))
+    assert [m[0] for m in models] == ["mlp_copy", "tiny_mlp"]
+    for _, model_path, feeds_path in models:
+        assert Path(model_path).is_file() and Path(feeds_path).is_file()
