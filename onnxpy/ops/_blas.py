@@ -241,11 +241,12 @@ def _gemm_stack(a: np.ndarray, b: np.ndarray, out: np.ndarray, count: int) -> bo
     return True
 
 
-def batches(a: Any, b: Any) -> bool:
+def batches(a: Any, b: Any, many: bool = False) -> bool:
     """Whether the host stack ``a @ b`` is one ``stacked_matmul`` sends to OpenBLAS in one
     batched call: float32/float64 operands of one dtype whose shapes match (equal leading
     shapes, or 2-D ``b`` shared by the stack), products and a stack large enough to gain, and
-    this OpenBLAS (the layouts are checked by the call itself)."""
+    this OpenBLAS (the layouts are checked by the call itself). With ``many``, a stack of at
+    least _BATCH_MANY products is large enough whatever its total."""
     if not (batching_enabled and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
         return False
     if a.ndim < 3 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
@@ -256,14 +257,41 @@ def batches(a: Any, b: Any) -> bool:
     return (
         count >= 2
         and m * n * k > _BATCH_MIN_MNK
-        and count * m * n * k >= _BATCH_MIN_TOTAL
+        and ((many and count >= _BATCH_MANY) or count * m * n * k >= _BATCH_MIN_TOTAL)
         and (b.ndim == 2 or b.shape[:-2] == a.shape[:-2])
         and b.shape[-2] == k
         and _batch_routine(a.dtype) is not None
     )
 
 
-def stacked_matmul(xp: Any, a: Any, b: Any, out: Any = None) -> Any:
+# A stack of products just under _BATCH_MIN_MNK may be padded with rows of zeros up to it, so
+# that the batched call takes it on both threads, when that adds at most this share of rows.
+# Winograd's per-frequency products (alone, hot): 36 x (49 x 128 @ 128 x 128) padded to 62
+# rows 412-522 -> 348-351 us, 16 x the same 206 -> 148-150; at 82 rows for 96 input channels
+# (1.67x) the padding cost what the second thread saved (141 -> 151, 360 -> 349), at 2.2x more.
+# Products with K or N under _PAD_MIN_SIDE lose even at 1.25x: 36 x (196 x 64 @ 64 x 64) padded
+# to 245 rows 315 -> 334 us alone, and ResNet-50's three such layers +50-300 us each in the model.
+_PAD_MAX_GROWTH = 1.3
+_PAD_MIN_SIDE = 96
+# Winograd's stacks of at least this many products count by product size only (``many``): each
+# thread then takes several whole products (16 x (49 x 128 @ 128 x 160), 16 M multiply-adds:
+# 296-301 -> 153-154 us alone). Attention heads keep the total (their results are read next by
+# one core; the heads of other models were not measured).
+_BATCH_MANY = 8
+
+
+def padded_rows(count: int, m: int, k: int, n: int) -> int:
+    """Rows per matrix to give a stack of ``count`` (m x k) @ (k x n) products computed by
+    ``stacked_matmul``: ``m``, or more (rows of zeros to add) where that brings each product
+    past the batched call's minimum at little cost. The extra rows of the result are garbage
+    to ignore."""
+    if not batching_enabled or count < _BATCH_MANY or m * k * n > _BATCH_MIN_MNK or min(k, n) < _PAD_MIN_SIDE:
+        return m
+    rows = _BATCH_MIN_MNK // (k * n) + 1
+    return rows if rows <= _PAD_MAX_GROWTH * m else m
+
+
+def stacked_matmul(xp: Any, a: Any, b: Any, out: Any = None, many: bool = False) -> Any:
     """``xp.matmul(a, b, out=out)``. A stack times one shared 2-D matrix is one product of
     all the stack's rows; on the host, other stacks of float32/float64 products (equal leading
     shapes) large enough to gain go to OpenBLAS in one batched call."""
@@ -280,7 +308,7 @@ def stacked_matmul(xp: Any, a: Any, b: Any, out: Any = None) -> Any:
             return xp.matmul(flat, b).reshape(shape)
         xp.matmul(flat, b, out=out.reshape(rows, b.shape[-1]))
         return out
-    if xp is np and ndim >= 3 and batches(a, b):  # ndim first: 2-D products skip the call
+    if xp is np and ndim >= 3 and batches(a, b, many):  # ndim first: 2-D products skip the call
         shape = (*a.shape[:-1], b.shape[-1])
         y = np.empty(shape, a.dtype) if out is None else out
         usable = isinstance(y, np.ndarray) and y.shape == shape and y.dtype == a.dtype and y.flags.writeable

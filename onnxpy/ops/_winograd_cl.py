@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ._blas import stacked_matmul, transpose_into
+from ._blas import padded_rows, stacked_matmul, transpose_into
 from ._compat import reshaped_view
 from ._derived import derived
 from ._scratch import scratch
@@ -131,9 +131,14 @@ def _band(
     # tiles[i, j, a, b, :] = xcl[r*a + i, r*b + j, :]: runs of C values.
     tiles = scratch("winograd-cl-tiles", (t, t, th, tw, c), dt)
     tiles[...] = strided_view(xcl, (t, t, th, tw, c), (s0, s1, r * s0, r * s1, s2))
-    v = np.matmul(kin, tiles.reshape(t * t, count * c), out=scratch("winograd-cl-v", (t * t, count * c), dt))
-    prod = stacked_matmul(np, v.reshape(t * t, count, c), u_cl, out=scratch("winograd-cl-prod", (t * t, count, m), dt))
-    y = np.matmul(kout, prod.reshape(t * t, count * m), out=scratch("winograd-cl-y", (r * r, count * m), dt))
+    # Per frequency a (tiles x C) @ (C x M) product; with few tiles they are padded with rows of
+    # zeros where that lets OpenBLAS run the stack on both threads (_blas.padded_rows).
+    rows = padded_rows(t * t, count, c, m)
+    v = scratch("winograd-cl-v", (t * t, rows, c), dt)
+    v[:, count:] = 0  # rows whose products are ignored, but not left as stale bits (denormals)
+    np.matmul(kin, tiles.reshape(t * t, count * c), out=v[:, :count].reshape(t * t, count * c))
+    prod = stacked_matmul(np, v, u_cl, out=scratch("winograd-cl-prod", (t * t, rows, m), dt), many=True)
+    y = np.matmul(kout, prod[:, :count].reshape(t * t, count * m), out=scratch("winograd-cl-y", (r * r, count * m), dt))
     # y[i, j, a, b, :] is output position (r*a + i, r*b + j): runs of M values.
     spots = dst.reshape(th, r, tw, r, m).transpose(1, 3, 0, 2, 4)
     if bias is None:

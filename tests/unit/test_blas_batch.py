@@ -208,3 +208,57 @@ def test_the_batched_call_itself_refuses_small_products() -> None:
     big_out = np.empty((2, 101, 101), dtype=np.float32)
     assert _blas._gemm_stack(big_a, big_b, big_out, 2)
     np.testing.assert_allclose(big_out, big_a @ big_b, rtol=1e-4, atol=1e-3)
+
+
+def test_padded_rows_lift_winograd_sized_products_past_the_minimum() -> None:
+    mnk = _blas._BATCH_MIN_MNK
+    # 36 frequencies of (49 tiles x 128) @ (128 x 128): 0.80 M each, 62 rows make them 1.02 M.
+    rows = _blas.padded_rows(36, 49, 128, 128)
+    assert rows == 62 and rows * 128 * 128 > mnk >= (rows - 1) * 128 * 128
+    assert _blas.padded_rows(36, 49, 128, 160) == 49  # already past it: no padding
+    assert _blas.padded_rows(36, 49, 96, 96) == 49  # 109 rows would be 2.2x the work
+    assert _blas.padded_rows(36, 196, 64, 64) == 196  # K = N = 64: measured slower padded
+    assert _blas.padded_rows(4, 49, 128, 128) == 49  # too few products to share out
+
+
+def test_padded_rows_stay_when_batching_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_blas, "batching_enabled", False)
+    assert _blas.padded_rows(36, 49, 128, 128) == 49
+
+
+@batch_available
+def test_many_products_are_batched_below_the_total(batched_calls: list[bool]) -> None:
+    """16 products of just over the product minimum: 16 M multiply-adds in all, under the
+    total a stack needs by default, batched when the caller says the stack is a Winograd one."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((16, 49, 128)).astype(np.float32)
+    b = rng.standard_normal((16, 128, 160)).astype(np.float32)
+    assert 16 * 49 * 128 * 160 < _blas._BATCH_MIN_TOTAL
+    want = np.matmul(a, b)
+    np.testing.assert_allclose(_blas.stacked_matmul(np, a, b), want, rtol=1e-4, atol=1e-3)
+    assert batched_calls == []
+    np.testing.assert_allclose(_blas.stacked_matmul(np, a, b, many=True), want, rtol=1e-4, atol=1e-3)
+    assert batched_calls == [True]
+
+
+@batch_available
+def test_winograd_with_padded_products_matches_the_plain_one(batched_calls: list[bool]) -> None:
+    """Channels-last Winograd on a 28x28 map of 128 channels (49 tiles of F(4x4)): its products
+    go to the batched call padded with zero rows, and the result equals the unpadded route's."""
+    from onnxpy.ops import _winograd_cl, conv
+
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 128, 28, 28)).astype(np.float32)
+    w = rng.standard_normal((128, 128, 3, 3)).astype(np.float32) * 0.05
+    b = rng.standard_normal(128).astype(np.float32)
+    u_cl = np.ascontiguousarray(conv._transform_weights(np, w, 4).transpose(0, 2, 1))
+    matrices = conv._transforms(4, np.float32)
+    got = _winograd_cl.winograd_channels_last(x, u_cl, matrices, 4, [1, 1], [28, 28], b)
+    assert batched_calls == [True]
+    _blas.batching_enabled = False
+    try:
+        want = _winograd_cl.winograd_channels_last(x, u_cl, matrices, 4, [1, 1], [28, 28], b)
+    finally:
+        _blas.batching_enabled = True
+    assert batched_calls == [True]  # the second run took numpy's route
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
