@@ -280,12 +280,15 @@ _PAD_MIN_SIDE = 96
 _BATCH_MANY = 8
 
 
-def padded_rows(count: int, m: int, k: int, n: int) -> int:
-    """Rows per matrix to give a stack of ``count`` (m x k) @ (k x n) products computed by
-    ``stacked_matmul``: ``m``, or more (rows of zeros to add) where that brings each product
-    past the batched call's minimum at little cost. The extra rows of the result are garbage
-    to ignore."""
+def padded_rows(count: int, m: int, k: int, n: int, dtype: Any) -> int:
+    """Rows per matrix to give a stack of ``count`` (m x k) @ (k x n) products of ``dtype``
+    computed by ``stacked_matmul(..., many=True)``: ``m``, or more (rows of zeros to add) where
+    that brings each product past the batched call's minimum at little cost. The extra rows of
+    the result are garbage to ignore. Without the batched routine (another numpy build) the
+    padding would be work for nothing: ``m``."""
     if not batching_enabled or count < _BATCH_MANY or m * k * n > _BATCH_MIN_MNK or min(k, n) < _PAD_MIN_SIDE:
+        return m
+    if np.dtype(dtype) not in (np.float32, np.float64) or _batch_routine(np.dtype(dtype)) is None:
         return m
     rows = _BATCH_MIN_MNK // (k * n) + 1
     return rows if rows <= _PAD_MAX_GROWTH * m else m

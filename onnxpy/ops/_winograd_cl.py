@@ -133,7 +133,7 @@ def _band(
     tiles[...] = strided_view(xcl, (t, t, th, tw, c), (s0, s1, r * s0, r * s1, s2))
     # Per frequency a (tiles x C) @ (C x M) product; with few tiles they are padded with rows of
     # zeros where that lets OpenBLAS run the stack on both threads (_blas.padded_rows).
-    rows = padded_rows(t * t, count, c, m)
+    rows = padded_rows(t * t, count, c, m, dt)
     v = scratch("winograd-cl-v", (t * t, rows, c), dt)
     v[:, count:] = 0  # rows whose products are ignored, but not left as stale bits (denormals)
     np.matmul(kin, tiles.reshape(t * t, count * c), out=v[:, :count].reshape(t * t, count * c))

@@ -213,17 +213,24 @@ def test_the_batched_call_itself_refuses_small_products() -> None:
 def test_padded_rows_lift_winograd_sized_products_past_the_minimum() -> None:
     mnk = _blas._BATCH_MIN_MNK
     # 36 frequencies of (49 tiles x 128) @ (128 x 128): 0.80 M each, 62 rows make them 1.02 M.
-    rows = _blas.padded_rows(36, 49, 128, 128)
+    rows = _blas.padded_rows(36, 49, 128, 128, np.float32)
     assert rows == 62 and rows * 128 * 128 > mnk >= (rows - 1) * 128 * 128
-    assert _blas.padded_rows(36, 49, 128, 160) == 49  # already past it: no padding
-    assert _blas.padded_rows(36, 49, 96, 96) == 49  # 109 rows would be 2.2x the work
-    assert _blas.padded_rows(36, 196, 64, 64) == 196  # K = N = 64: measured slower padded
-    assert _blas.padded_rows(4, 49, 128, 128) == 49  # too few products to share out
+    assert _blas.padded_rows(36, 49, 128, 160, np.float32) == 49  # already past it: no padding
+    assert _blas.padded_rows(36, 49, 96, 96, np.float32) == 49  # 109 rows would be 2.2x the work
+    assert _blas.padded_rows(36, 196, 64, 64, np.float32) == 196  # K = N = 64: measured slower padded
+    assert _blas.padded_rows(4, 49, 128, 128, np.float32) == 49  # too few products to share out
 
 
 def test_padded_rows_stay_when_batching_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_blas, "batching_enabled", False)
-    assert _blas.padded_rows(36, 49, 128, 128) == 49
+    assert _blas.padded_rows(36, 49, 128, 128, np.float32) == 49
+
+
+def test_padded_rows_stay_without_the_batched_routine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another numpy build (no known-safe batched routine): padding would only add work."""
+    monkeypatch.setattr(_blas, "_batch_routine", lambda dtype: None)
+    assert _blas.padded_rows(36, 49, 128, 128, np.float32) == 49
+    assert _blas.padded_rows(36, 49, 128, 128, np.float16) == 49
 
 
 @batch_available
