@@ -77,6 +77,16 @@ def test_latency_stats_and_ratios() -> None:
     assert max_difference(a, [np.zeros(3, np.float32)]) == (float("inf"), float("inf"))
 
 
+def test_latency_figures_keep_their_precision_in_microseconds() -> None:
+    """The JSON figures of a call of tens of microseconds: six significant digits each, so the
+    throughput and the mean (both rounded) still agree to well under 0.1%."""
+    d = latency_stats([47.6512e-6, 47.6488e-6, 47.65e-6], batch=2).as_dict()
+    assert d["mean_ms"] == pytest.approx(0.04765, rel=1e-5)
+    assert d["throughput"] == pytest.approx(2e3 / d["mean_ms"], rel=1e-5)
+    assert d["min_ms"] <= d["median_ms"] <= d["max_ms"]
+    assert latency_stats([0.0], batch=1).as_dict()["throughput"] == float("inf")
+
+
 def test_table_alignment() -> None:
     text = format_table(["name", "ms"], [["a", "1.5"], ["long name", "-"], ["b", "12.25"]])
     lines = text.splitlines()
