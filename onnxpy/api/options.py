@@ -39,8 +39,10 @@ execution_order, enable_mem_pattern and enable_mem_reuse (the planner
 always releases values after their last use), use_deterministic_compute (kernels are
 deterministic), log_verbosity_level, and RunOptions.log_severity_level (a run's few messages
 follow its session's level). register_custom_ops_library raises NotImplemented: native kernels
-cannot run here. InferenceSession's disabled_optimizers (onnxruntime's optimizer names) warns
-and has no effect: onnxpy's passes are its own, limited by graph_optimization_level.
+cannot run here. InferenceSession's disabled_optimizers takes onnxpy's pass names
+(onnxpy.optimizer.manager.pass_names(): "relu_after_pool", "fuse_activation", ...) and skips
+those passes; names onnxpy has no pass for (onnxruntime's optimizer names) warn and change
+nothing.
 optimized_model_filepath writes the model as onnxpy runs it: at the extended levels it holds
 onnxpy's own fused operators (domain onnxpy.fused), which onnxpy reloads and onnxruntime does
 not. use_per_session_threads = False makes the session take its intra-op thread

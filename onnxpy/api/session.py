@@ -25,7 +25,7 @@ import onnx
 from ..ir.graph import Graph, normalize_domain
 from ..model import dtypes
 from ..model.load import load_model
-from ..optimizer.manager import optimize
+from ..optimizer.manager import optimize, pass_names
 from ..providers import (
     CPU,
     PROVIDER_DEVICES,
@@ -178,6 +178,37 @@ def _async_pool() -> concurrent.futures.ThreadPoolExecutor:
 _MAX_CACHED_PLANS = 64
 
 
+def _disabled_passes(names: Any) -> frozenset[str]:
+    """InferenceSession's ``disabled_optimizers``: the names of onnxpy's optimizer passes not to
+    run (``onnxpy.optimizer.manager.pass_names()``), as onnxruntime takes its optimizers' names.
+    Names onnxpy has no pass for (onnxruntime's, say) are reported in a warning, not an error,
+    so that code written for onnxruntime still creates its session."""
+    if names is None:
+        return frozenset()
+    if isinstance(names, str):
+        names = [names]
+    try:
+        listed = list(names)
+    except TypeError:
+        raise InvalidArgumentType(
+            f"disabled_optimizers must be a list of optimizer names, got {type(names).__name__}"
+        ) from None
+    bad = [n for n in listed if not isinstance(n, str)]
+    if bad:
+        raise InvalidArgumentType(f"disabled_optimizers must hold names (str), got {bad[0]!r}")
+    known = pass_names()
+    unknown = sorted({n for n in listed if n not in known})
+    if unknown:
+        warnings.warn(
+            f"disabled_optimizers: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not among onnxpy's "
+            f"optimizer passes, so nothing is disabled for {'it' if len(unknown) == 1 else 'them'} "
+            f"(onnxruntime's optimizer names have no meaning here). onnxpy's passes: {', '.join(known)}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return frozenset(n for n in listed if n in known)
+
+
 class InferenceSession:
     """Loads a model once and runs it many times: ``run(output_names, input_feed)``."""
 
@@ -192,13 +223,7 @@ class InferenceSession:
         severity, logid = -1, ""
         if isinstance(sess_options, SessionOptions):
             severity, logid = sess_options.log_severity_level, sess_options.logid
-        if kwargs.get("disabled_optimizers"):
-            warnings.warn(
-                "disabled_optimizers names onnxruntime's optimizers; onnxpy's passes are its own and it has no "
-                "effect here: set SessionOptions.graph_optimization_level to limit optimization",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        self._disabled_passes = _disabled_passes(kwargs.get("disabled_optimizers"))
         try:
             with logs.scope(severity, logid):
                 self._create(path_or_bytes, sess_options, providers, provider_options)
@@ -443,7 +468,9 @@ class InferenceSession:
         self._sess_options._check_canceled()
         nodes_before = len(graph.nodes)
         level = self._sess_options.graph_optimization_level
-        self._applied_passes = optimize(graph, int(level), host_only=provider.name == "CPUExecutionProvider")
+        self._applied_passes = optimize(
+            graph, int(level), host_only=provider.name == "CPUExecutionProvider", disabled=self._disabled_passes
+        )
         _LOG.info(
             "graph '%s': %d nodes, %d after optimization at %s, on %s",
             graph.name,

@@ -84,22 +84,39 @@ def passes_for_level(level: int) -> list[Pass]:
     return passes
 
 
-def optimize(graph: Graph, level: int, host_only: bool = False) -> list[str]:
+def pass_name(p: Pass) -> str:
+    """A pass's name: its module's (``relu_after_pool``), as logs and disabled_optimizers use it."""
+    return p.__module__.rsplit(".", 1)[-1]
+
+
+def pass_names() -> list[str]:
+    """Every pass's name, in the order the levels run them."""
+    names: list[str] = []
+    for p in [*FIRST_HOST, *BASIC, *EXTENDED, *LAYOUT, *FINAL_HOST]:
+        if pass_name(p) not in names:
+            names.append(pass_name(p))
+    return names
+
+
+def optimize(graph: Graph, level: int, host_only: bool = False, disabled: frozenset[str] = frozenset()) -> list[str]:
     """Run the passes of ``level`` on ``graph`` in place; return the names of passes that changed
-    it. ``host_only``: the session runs every node on the CPU (enables FINAL_HOST)."""
-    passes = passes_for_level(int(level))
+    it. ``host_only``: the session runs every node on the CPU (enables FINAL_HOST).
+    ``disabled``: names of passes not to run (InferenceSession's disabled_optimizers)."""
+    passes = [p for p in passes_for_level(int(level)) if pass_name(p) not in disabled]
     applied: list[str] = []
     if int(level) >= 1 and host_only:
         for p in FIRST_HOST:
+            if pass_name(p) in disabled:
+                continue
             if p(graph):
-                applied.append(p.__module__.rsplit(".", 1)[-1])
+                applied.append(pass_name(p))
                 topological_sort(graph)
     for _ in range(MAX_ROUNDS):
         changed = False
         for p in passes:
             if p(graph):
                 changed = True
-                applied.append(p.__module__.rsplit(".", 1)[-1])
+                applied.append(pass_name(p))
                 # A fusion may move work to a node placed before one of its new inputs'
                 # producers; re-sorting restores order and re-checks the graph.
                 topological_sort(graph)
@@ -107,7 +124,9 @@ def optimize(graph: Graph, level: int, host_only: bool = False) -> list[str]:
             break
     if int(level) >= 2 and host_only:
         for p in FINAL_HOST:
+            if pass_name(p) in disabled:
+                continue
             if p(graph):
-                applied.append(p.__module__.rsplit(".", 1)[-1])
+                applied.append(pass_name(p))
                 topological_sort(graph)
     return applied
