@@ -1,0 +1,54 @@
+"""benchmarks/pass_ab.py: sessions with and without optimizer passes, calls alternating in one
+process, on the tiny MLP. No timing assertions: the figures' shape, the outputs' check, which
+passes change the graph, and refused names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PASS_AB = REPO / "benchmarks" / "pass_ab.py"
+
+
+def _run(tmp_path: Path, *passes: str) -> tuple[subprocess.CompletedProcess, dict | None]:
+    out = tmp_path / "pass_ab.json"
+    done = subprocess.run(
+        [sys.executable, str(PASS_AB), *passes, "--models", "tiny_mlp", "--no-light", "--no-shared"]
+        + ["--pairs", "6", "--min-pairs", "2", "--budget", "0.05", "--warmup", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return done, json.loads(out.read_text()) if out.exists() else None
+
+
+def test_a_pass_that_changes_the_graph_is_timed_both_ways(tmp_path: Path) -> None:
+    done, result = _run(tmp_path, "fuse_patterns", "fuse_activation")
+    assert done.returncode == 0, done.stderr
+    assert result is not None and result["passes"] == ["fuse_patterns", "fuse_activation"]
+    row = result["models"]["tiny_mlp"]
+    assert row["changed"] is True
+    assert 2 <= row["pairs"] <= 6
+    assert 0 < row["a_ms"] < 1000 and 0 < row["b_ms"] < 1000
+    assert 0 < row["pair_ratio"] and 0 <= row["b_faster"] <= 1
+    assert row["max_rel_diff"] <= 1e-6  # MatMul + Add + Relu fused or not: the same numbers
+    assert "geometric mean of the pair ratios over 1 models" in done.stdout
+
+
+def test_a_pass_that_changes_nothing_is_not_timed(tmp_path: Path) -> None:
+    done, result = _run(tmp_path, "fold_shuffle")  # the MLP has no channel shuffle
+    assert done.returncode == 0, done.stderr
+    assert result is not None and result["models"]["tiny_mlp"] == {"changed": False}
+    assert "change nothing here" in done.stdout
+
+
+@pytest.mark.parametrize("name", ["ConvActivationFusion", "no_such_pass"])
+def test_names_that_are_not_passes_are_refused(tmp_path: Path, name: str) -> None:
+    done, result = _run(tmp_path, name)
+    assert done.returncode == 2 and result is None
+    assert f"not onnxpy pass names: {name}" in done.stderr and "relu_after_pool" in done.stderr
