@@ -50,7 +50,8 @@ def _sessions(path: str, passes: list[str]) -> tuple[onnxpy.InferenceSession, on
             so.optimized_model_filepath = str(Path(tmp) / f"optimized_{len(saved)}.onnx")
             sessions.append(onnxpy.InferenceSession(path, so, disabled_optimizers=disabled))
             saved.append(onnx.load(so.optimized_model_filepath, load_external_data=False).graph.node)
-    changed = [(n.op_type, list(n.input)) for n in saved[0]] != [(n.op_type, list(n.input)) for n in saved[1]]
+    # Whole nodes, attributes included: a pass may only mark a node (channels_last_output).
+    changed = [n.SerializeToString() for n in saved[0]] != [n.SerializeToString() for n in saved[1]]
     return sessions[0], sessions[1], changed
 
 

@@ -52,3 +52,39 @@ def test_names_that_are_not_passes_are_refused(tmp_path: Path, name: str) -> Non
     done, result = _run(tmp_path, name)
     assert done.returncode == 2 and result is None
     assert f"not onnxpy pass names: {name}" in done.stderr and "relu_after_pool" in done.stderr
+
+
+def test_a_pass_that_only_marks_a_node_counts_as_a_change(tmp_path: Path) -> None:
+    # channels_last_output changes no op type or input: it marks a convolution read by a
+    # depthwise one to write channels-last.
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from tests.helpers import make_model, vinfo
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import pass_ab
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["y"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["z"], group=8, pads=[1, 1, 1, 1]),
+    ]
+    inits = {
+        "w1": rng.standard_normal((8, 3, 3, 3)).astype(np.float32),
+        "b1": rng.standard_normal(8).astype(np.float32),
+        "w2": rng.standard_normal((8, 1, 3, 3)).astype(np.float32),
+    }
+    model = make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [vinfo("z", TensorProto.FLOAT, None)],
+        initializers=inits,
+    )
+    path = tmp_path / "stem_depthwise.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert pass_ab._sessions(str(path), ["channels_last_output"])[2] is True
+    assert pass_ab._sessions(str(path), ["fold_shuffle"])[2] is False
