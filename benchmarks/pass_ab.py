@@ -35,6 +35,7 @@ if str(HERE.parent) not in sys.path:
 
 import onnxpy  # noqa: E402 - after making the repository importable
 from onnxpy.optimizer.manager import pass_names  # noqa: E402
+from onnxpy.tools.benchmark import max_difference  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 import ab  # noqa: E402 - benchmarks/ab.py: the model list and inputs, as it builds them
@@ -55,26 +56,13 @@ def _sessions(path: str, passes: list[str]) -> tuple[onnxpy.InferenceSession, on
     return sessions[0], sessions[1], changed
 
 
-def _same_outputs(a: list[np.ndarray], b: list[np.ndarray]) -> float:
-    """The largest difference between the two sides' outputs, relative to each output's scale."""
-    worst = 0.0
-    for x, y in zip(a, b):
-        x, y = np.asarray(x), np.asarray(y)
-        if x.dtype.kind != "f":
-            worst = max(worst, 0.0 if np.array_equal(x, y) else np.inf)
-            continue
-        scale = float(np.max(np.abs(x))) if x.size else 0.0
-        diff = float(np.max(np.abs(x.astype(np.float64) - y))) if x.size else 0.0
-        worst = max(worst, diff / scale if scale else diff)
-    return worst
-
-
 def compare_model(path: str, feeds: dict[str, np.ndarray], passes: list[str], args: argparse.Namespace) -> dict:
     without, with_, changed = _sessions(path, passes)
     row: dict = {"changed": changed}
     if not changed:
         return row
-    row["max_rel_diff"] = _same_outputs(without.run(None, feeds), with_.run(None, feeds))
+    diff = max_difference(with_.run(None, feeds), without.run(None, feeds))
+    row["max_rel_diff"] = 0.0 if diff is None else diff[1]
     calls = (lambda: without.run(None, feeds), lambda: with_.run(None, feeds))
     for _ in range(args.warmup):
         calls[0]()
