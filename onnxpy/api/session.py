@@ -25,6 +25,7 @@ import onnx
 from ..ir.graph import Graph, normalize_domain
 from ..model import dtypes
 from ..model.load import load_model
+from ..ops._compat import quiet_floats
 from ..optimizer.manager import optimize, pass_names
 from ..providers import (
     CPU,
@@ -698,7 +699,7 @@ class InferenceSession:
         plan = compiled.plan
         feed_ids = plan.feed_ids
         try:
-            with np.errstate(all="ignore"):
+            with quiet_floats():
                 feeds = {feed_ids[n]: v for n, v in input_feed.items()}
                 out = None if self._split is None else self._split_runner(plan).run(feeds)
                 if out is None:
@@ -1065,7 +1066,7 @@ class InferenceSession:
         started = time.perf_counter() if self._profiler is not None else 0.0
         try:
             # Kernels follow IEEE semantics (log(0) = -inf...) silently, as onnxruntime does.
-            with self._facts.thread_limit(), np.errstate(all="ignore"):
+            with self._facts.thread_limit(), quiet_floats():
                 out = None
                 if self._split is not None and terminate is None and observer is None and plan is compiled.plan:
                     out = self._split_device_run(compiled, plan, feeds)

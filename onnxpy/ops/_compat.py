@@ -116,3 +116,40 @@ def check_alloc(shape: Sequence[int], dtype: Any, ctx: Any, what: str) -> None:
 
 def same_dtype_scalar(xp: Any, value: Any, like: Any) -> Any:
     return xp.asarray(value, dtype=like.dtype)
+
+
+def _quiet_state() -> tuple[Any, Any] | None:
+    """numpy's floating-point error state context variable and the value that ignores every
+    error (what ``np.errstate(all="ignore")`` sets), or None where this numpy keeps them
+    elsewhere."""
+    try:
+        config = numpy_core("_ufunc_config")
+        return config._extobj_contextvar, config._make_extobj(all="ignore")
+    except (ImportError, AttributeError, TypeError):
+        return None
+
+
+_QUIET = _quiet_state()
+
+
+class quiet_floats:  # noqa: N801 - used like np.errstate
+    """``np.errstate(all="ignore")`` without rebuilding numpy's error state object on every
+    entry: the state is made once and the context variable set directly (about 1.0 -> 0.3 us,
+    once per run). Made at import, the state keeps the ufunc buffer size of that moment (a
+    later ``np.setbufsize`` does not reach runs). Falls back to np.errstate on a numpy
+    without that variable."""
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        if _QUIET is None:
+            self._token = np.errstate(all="ignore")
+            self._token.__enter__()
+        else:
+            self._token = _QUIET[0].set(_QUIET[1])
+
+    def __exit__(self, *exc: object) -> None:
+        if _QUIET is None:
+            self._token.__exit__(*exc)
+        else:
+            _QUIET[0].reset(self._token)

@@ -206,3 +206,26 @@ def test_sequence_elements_are_separate_arrays() -> None:
     assert not any(np.shares_memory(a, x) for a in seq)
     assert not any(np.shares_memory(seq[i], seq[j]) for i in range(50) for j in range(i + 1, 50))
     np.testing.assert_array_equal(np.stack(seq, axis=1), x)
+
+
+def test_runs_raise_no_floating_point_warnings_and_restore_numpy_state() -> None:
+    # 1/0 and log(0) give inf as in onnxruntime, without numpy's RuntimeWarnings, on the plain
+    # path (run with every output) and the general one (output names); the caller's own error
+    # state (here: raise) holds again after the run, and after a run that failed.
+    m = make_model(
+        [helper.make_node("Div", ["one", "x"], ["q"]), helper.make_node("Log", ["x"], ["l"])],
+        [vinfo("x", F, [2])],
+        [vinfo("q", F), vinfo("l", F)],
+        {"one": np.ones(2, np.float32)},
+    )
+    sess = onnxpy.InferenceSession(m)
+    x = np.array([0.0, 1.0], np.float32)
+    with np.errstate(all="raise"):
+        for names in (None, ["l", "q"]):
+            results = dict(zip(names or ["q", "l"], sess.run(names, {"x": x})))
+            assert results["q"].tolist() == [np.inf, 1.0] and results["l"].tolist() == [-np.inf, 0.0]
+        with pytest.raises(onnxpy.InvalidArgument):
+            sess.run(None, {"x": np.zeros(3, np.float32)})
+        assert np.geterr() == {"divide": "raise", "over": "raise", "under": "raise", "invalid": "raise"}
+        with pytest.raises(FloatingPointError):
+            np.float32(1) / np.float32(0)
