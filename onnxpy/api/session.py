@@ -986,13 +986,15 @@ class InferenceSession:
                     f"Invalid rank for input: {spec.name} Got: {arr.ndim} Expected: {spec.rank} "
                     f"(got shape {list(arr.shape)}). Please fix either the inputs or the model."
                 )
-            bad = [(i, arr.shape[i], d) for i, d in spec.fixed if arr.shape[i] != d]
-            if bad:
-                detail = "; ".join(f"index: {i} Got: {g} Expected: {d}" for i, g, d in bad)
-                raise InvalidArgument(
-                    f"Got invalid dimensions for input: {spec.name} for the following indices: {detail} "
-                    f"(got shape {list(arr.shape)}). Please fix either the inputs or the model."
-                )
+            shape = arr.shape
+            for i, d in spec.fixed:  # a loop, not a list built on every run: the common case is no mismatch
+                if shape[i] != d:
+                    bad = [(i, shape[i], d) for i, d in spec.fixed if shape[i] != d]
+                    detail = "; ".join(f"index: {i} Got: {g} Expected: {d}" for i, g, d in bad)
+                    raise InvalidArgument(
+                        f"Got invalid dimensions for input: {spec.name} for the following indices: {detail} "
+                        f"(got shape {list(shape)}). Please fix either the inputs or the model."
+                    )
 
     def _resolve_outputs(self, output_names: Sequence[str] | None) -> tuple[tuple[str, ...], CompiledGraph, Any]:
         """Which compiled graph and plan serve these output names (cached per name tuple)."""
