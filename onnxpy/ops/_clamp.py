@@ -25,6 +25,8 @@ _SMALL = 4096
 # on a small array costs more than the maximum itself (1x128 float32 in place: 0.77 -> 0.42 us;
 # a batch-1 classifier head's ReLU).
 _ZEROS = {np.dtype(t): np.zeros((), t) for t in (np.float32, np.float64)}
+for _zero in _ZEROS.values():
+    _zero.flags.writeable = False  # shared by every call: nothing may write into it
 
 
 def floor_at(xp: Any, x: Any, floor: float, out: Any = None) -> Any:
