@@ -382,17 +382,64 @@ def mish(xp: Any, x: Any) -> Any:
     return (x * xp.tanh(softplus(xp, x))).astype(x.dtype, copy=False)
 
 
+#: GELU's tanh approximation: 0.5 x (1 + tanh(beta (x + kappa x^3))) with these constants
+GELU_TANH_BETA = math.sqrt(2 / math.pi)
+GELU_TANH_KAPPA = 0.044715
+
+# Values per block of a large tanh GELU, its seven passes then in L2 (as _erf.gelu32's). On a
+# 1 MB-L2 EPYC, 128 x 3072 values: 32K-value blocks 579 us, 64K 490, whole arrays 454;
+# 1024 x 3072: 4577, 4125, 4488.
+_GELU_TANH_BLOCK = 1 << 16
+
+
+def gelu_tanh(xp: Any, x: Any, beta: float = GELU_TANH_BETA, kappa: float = GELU_TANH_KAPPA, out: Any = None) -> Any:
+    """0.5 x (1 + tanh(beta (x + kappa x^3))) of a floating array, in x's dtype (half precision
+    computed in float32), into ``out`` when given (x's shape and dtype; may be x itself).
+
+    0.5 (1 + tanh(u)) is 1 / (1 + exp(-2u)): the same value without 1 + tanh(u) cancelling to 0
+    for negative x (float16 lost every digit below x = -3), in seven passes through one
+    temporary: x^2 * (-2 beta kappa) - 2 beta, times x, exp, plus 1, then x divided by that.
+    Huge |x| overflow those to inf on purpose (exp(+inf) gives the limit -0; inf / inf the
+    formula's own NaN at x = -inf): no warnings for that."""
+    if x.ndim == 0:  # arithmetic on 0-d arrays gives scalars, which the in-place passes need not be
+        return gelu_tanh(xp, x.reshape(1), beta, kappa, None if out is None else out.reshape(1)).reshape(())
+    w = x.astype(np.float32) if x.dtype.itemsize < 4 else x
+    with np.errstate(over="ignore", invalid="ignore"):
+        if xp is np and w.size > 2 * _GELU_TANH_BLOCK and (out is None or out.dtype == w.dtype):
+            result = np.empty_like(w) if out is None else out
+            views = flat_in_memory_order(w, result)
+            if views is not None:
+                src, dst = views
+                u = np.empty(_GELU_TANH_BLOCK, dtype=w.dtype)
+                for start in range(0, src.size, _GELU_TANH_BLOCK):
+                    block = src[start : start + _GELU_TANH_BLOCK]
+                    _gelu_tanh_into(np, block, beta, kappa, u[: block.size], dst[start : start + block.size])
+                return result if out is not None else result.astype(x.dtype, copy=False)
+        u = xp.empty_like(w)
+        _gelu_tanh_into(xp, w, beta, kappa, u, u)
+    if out is None:
+        return u.astype(x.dtype, copy=False)
+    out[...] = u
+    return out
+
+
+def _gelu_tanh_into(xp: Any, w: Any, beta: float, kappa: float, u: Any, dst: Any) -> None:
+    """dst = gelu_tanh(w) through the temporary ``u`` (w's shape; dst may be u or w)."""
+    t = w.dtype.type
+    xp.multiply(w, w, out=u)
+    u *= t(-2 * beta * kappa)
+    u += t(-2 * beta)
+    u *= w
+    xp.exp(u, out=u)
+    u += t(1)
+    xp.divide(w, u, out=dst)
+
+
 @op("Gelu", 20)
 def gelu(xp: Any, x: Any, *, approximate: str = "none") -> Any:
     t = x.dtype.type
     if approximate == "tanh":
-        # 0.5 * (1 + tanh(u)) is 1 / (1 + exp(-2u)): the same value without 1 + tanh(u)
-        # cancelling to 0 for negative x (float16 lost every digit below x = -3); half
-        # precision computed in float32.
-        w = x.astype(np.float32) if x.dtype.itemsize < 4 else x
-        t = w.dtype.type
-        u2 = t(2 * np.sqrt(2 / np.pi)) * (w + t(0.044715) * w * w * w)
-        return (w / (1 + xp.exp(-u2))).astype(x.dtype, copy=False)
+        return gelu_tanh(xp, x)
     if approximate != "none":
         raise ValueError(f"approximate must be 'none' or 'tanh', got '{approximate}'")
     if x.dtype == np.float64:

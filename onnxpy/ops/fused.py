@@ -22,7 +22,7 @@ from ._erf import gelu32
 from ._layout import is_channels_last
 from ._spatial import geometry
 from .conv import compute_dtype, conv_nd
-from .elementwise import gelu, leaky_relu_into, logistic, swish
+from .elementwise import gelu, gelu_tanh, leaky_relu_into, logistic, swish
 from .nn import gemm
 from .pool import _max_pool
 from .registry import memoized, op
@@ -73,6 +73,8 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
             return gelu32(xp, y, out=y)
         y[...] = gelu(xp, y)
         return y
+    if activation == "GeluTanh":
+        return gelu_tanh(xp, y, params[0], params[1], out=y)
     if activation == "HardSwish":
         gate = xp.multiply(y, t(1 / 6))  # one temporary, the clip ufunc in place
         gate += t(0.5)
@@ -86,7 +88,19 @@ def apply_activation(xp: Any, y: Any, activation: str, params: list[float]) -> A
 
 # Activations apply_activation computes in place on any array (and so on any block of one).
 IN_PLACE_ACTIVATIONS = frozenset(
-    {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu", "FakeQuant"}
+    {
+        "Relu",
+        "LeakyRelu",
+        "Clip",
+        "Tanh",
+        "Sigmoid",
+        "HardSigmoid",
+        "HardSwish",
+        "Swish",
+        "Gelu",
+        "GeluTanh",
+        "FakeQuant",
+    }
 )
 
 
@@ -624,6 +638,14 @@ def fused_gelu(xp: Any, X: Any, *, scale: float = 1.0) -> Any:  # noqa: N803
     y = gelu(xp, X * s)
     y /= s
     return y
+
+
+@op("GeluTanh", 1, domain=DOMAIN)
+def fused_gelu_tanh(xp: Any, X: Any, *, beta: float, kappa: float) -> Any:  # noqa: N803
+    """0.5 x (1 + tanh(beta (x + kappa x^3))), from an exporter's decomposed tanh GELU (GPT-2's
+    NewGELU: beta sqrt(2 / pi), kappa 0.044715) with the model's own constants: one kernel of
+    seven passes instead of eight steps (optimizer/passes/fuse_patterns.py)."""
+    return gelu_tanh(xp, X, beta, kappa)
 
 
 @op("Swish", 1, domain=DOMAIN)

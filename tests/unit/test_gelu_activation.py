@@ -104,7 +104,9 @@ def test_expansion_gelu_depthwise_becomes_one_kernel() -> None:
 
 
 @pytest.mark.parametrize("variant", ["tanh", "scaled"])
-def test_other_gelus_stay_apart(variant: str) -> None:
+def test_other_gelus_keep_their_own_function(variant: str) -> None:
+    # the tanh form fuses as its own activation (GeluTanh), never as the erf one; a scaled GELU
+    # (gelu(x * s) / s) is no in-place activation and stays a node of its own
     w = (RNG.standard_normal((6, 3, 3, 3)) * 0.3).astype(np.float32)
     consts: dict = {"w": w}
     if variant == "tanh":
@@ -118,4 +120,6 @@ def test_other_gelus_stay_apart(variant: str) -> None:
     model = make_model(nodes, [vinfo("x", TensorProto.FLOAT, [1, 3, 8, 8])], [vinfo("y")], consts, opset=20)
     ops = _ops(model)
     assert all(attrs.get("activation") != "Gelu" for _, attrs in ops), ops
+    if variant == "tanh":
+        assert [(op, attrs.get("activation")) for op, attrs in ops] == [("FusedConv", "GeluTanh")]
     _same_as_plain_and_onnxruntime(model, RNG.standard_normal((1, 3, 8, 8)).astype(np.float32))

@@ -209,6 +209,7 @@ def test_in_place_activations_take_0d_arrays() -> None:
     from onnxpy.ops.fused import IN_PLACE_ACTIVATIONS, apply_activation
 
     params = {"LeakyRelu": [0.1], "Clip": [-1.0, 1.0], "HardSigmoid": [0.2, 0.5], "FakeQuant": [0.1, -128.0, 127.0]}
+    params["GeluTanh"] = [0.7978845608028654, 0.044715]
     for name in sorted(IN_PLACE_ACTIVATIONS):
         got = apply_activation(np, np.array(-0.55, np.float32), name, params.get(name, []))
         want = apply_activation(np, np.array([-0.55], np.float32), name, params.get(name, []))

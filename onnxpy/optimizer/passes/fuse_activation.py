@@ -3,7 +3,7 @@
 - Conv -> Add/Sum(residual) becomes onnxpy.fused.FusedConv with the residual as its 4th input.
 - Conv / FusedConv / ChannelAffine / Gemm / MatMul+bias followed by an activation (Relu,
   LeakyRelu, Clip with constant bounds, Sigmoid, Tanh, HardSigmoid, HardSwish, Swish and GELU
-  (erf form; both also fused by fuse_patterns.py from their decomposed forms) and FakeQuant: a
+  (erf and tanh forms; all three also fused by fuse_patterns.py from their decomposed forms) and FakeQuant: a
   QuantizeLinear -> DequantizeLinear pair, see fuse_fake_quant.py) carry the activation
   as an attribute and apply it in place.
 - MatMul followed by Add of a constant vector over the last axis becomes FusedMatMul(A, B, bias),
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...ir.graph import Graph, Node
+from ...ops.elementwise import GELU_TANH_BETA, GELU_TANH_KAPPA
 from ..rewrite import FUSED_DOMAIN, Sweep, constant, is_conv, scalar_value
 from .fold_batchnorm import per_channel
 
@@ -32,6 +33,10 @@ def activation_of(graph: Graph, node: Node) -> tuple[str, list[float]] | None:
         or (not node.domain and node.attrs.get("approximate", "none") == "none")
     ):
         return "Gelu", []
+    if node.domain == FUSED_DOMAIN and node.op_type == "GeluTanh":
+        return "GeluTanh", [float(node.attrs["beta"]), float(node.attrs["kappa"])]
+    if node.op_type == "Gelu" and not node.domain and node.attrs.get("approximate") == "tanh":
+        return "GeluTanh", [GELU_TANH_BETA, GELU_TANH_KAPPA]
     if node.domain:
         return None
     op = node.op_type

@@ -2,6 +2,9 @@
 
 - GELU: x * 0.5 * (1 + erf(x / sqrt(2))) in any of the orders exporters write it (Div by
   sqrt(2) or Mul by 1/sqrt(2); the 0.5 applied to x first or last) -> onnxpy.fused.Gelu.
+- GELU's tanh approximation: 0.5 * x * (1 + tanh(beta * (x + kappa * x^3))), x^3 as Pow or two
+  Muls, the 0.5 in any of the places the erf form takes it -> onnxpy.fused.GeluTanh with the
+  model's beta and kappa.
 - LayerNormalization decomposed as ReduceMean / Sub / Pow 2 / ReduceMean / Add eps / Sqrt / Div,
   optionally followed by Mul gamma and Add beta -> LayerNormalization (on the last axis).
 - Swish: x * Sigmoid(x) (SiLU) and x * Sigmoid(alpha * x) (CLIP's QuickGelu, ONNX's Swish
@@ -102,6 +105,69 @@ def _match_gelu_tail(graph: Graph, uses: Uses, erf: Node, x: str) -> tuple[str, 
     return None
 
 
+def _scalar(graph: Graph, name: str) -> float | None:
+    """The finite value of a one-value constant of rank 0 or 1 (a higher rank would broadcast
+    its operation's result to more dimensions), else None."""
+    c = constant(graph, name)
+    v = scalar_value(c) if c is not None and c.ndim <= 1 else None
+    return v if v is not None and math.isfinite(v) else None
+
+
+def _scaled_by_constant(graph: Graph, mul: Node) -> tuple[float, str] | None:
+    """(k, v) for a Mul of v by a one-value constant k, in either order."""
+    for k_name, v in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
+        k = _scalar(graph, k_name)
+        if k is not None:
+            return k, v
+    return None
+
+
+def _cube_of(graph: Graph, uses: Uses, value: str, x: str) -> list[Node] | None:
+    """The nodes computing ``value`` = x^3 as Pow(x, 3), x * (x * x) or (x * x) * x, each
+    read only on the way, else None."""
+    node = uses.producer.get(value)
+    if _is(node, "Pow"):
+        return [node] if node.inputs[0] == x and _scalar(graph, node.inputs[1]) == 3.0 else None
+    if not _is(node, "Mul") or x not in node.inputs:
+        return None
+    square = uses.producer.get(_other(node, x))
+    if _is(square, "Mul") and square.inputs == [x, x] and uses.only_reader(square.outputs[0]) is node:
+        return [square, node]
+    return None
+
+
+def _match_gelu_tanh(graph: Graph, uses: Uses, tanh: Node) -> tuple[str, str, list[Node], float, float] | None:
+    """(x, output, nodes to remove, beta, kappa) when ``tanh`` sits in a tanh-approximated GELU
+    0.5 * x * (1 + tanh(beta * (x + kappa * x^3))), as GPT-2's NewGELU and torch's
+    gelu(approximate="tanh") export it (beta sqrt(2 / pi), kappa 0.044715; any constants are
+    kept as the model has them). The output node is last."""
+    scaled = uses.producer.get(tanh.inputs[0])
+    if not _is(scaled, "Mul") or uses.only_reader(tanh.inputs[0]) is not tanh:
+        return None
+    beta_inner = _scaled_by_constant(graph, scaled)
+    if beta_inner is None:
+        return None
+    beta, inner = beta_inner
+    add = uses.producer.get(inner)
+    if not _is(add, "Add") or uses.only_reader(inner) is not scaled:
+        return None
+    for x, term in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+        times_kappa = uses.producer.get(term)
+        if not _is(times_kappa, "Mul") or uses.only_reader(term) is not add:
+            continue
+        kappa_cube = _scaled_by_constant(graph, times_kappa)
+        if kappa_cube is None or (cube := _cube_of(graph, uses, kappa_cube[1], x)) is None:
+            continue
+        if uses.only_reader(kappa_cube[1]) is not times_kappa:
+            continue
+        tail = _match_gelu_tail(graph, uses, tanh, x)
+        if tail is None:
+            return None
+        _, out, rest = tail
+        return x, out, [*cube, times_kappa, add, *rest], beta, kappa_cube[0]
+    return None
+
+
 def _axes_of(graph: Graph, node: Node) -> list[int] | None:
     if "axes" in node.attrs:
         return [int(a) for a in node.attrs["axes"]]
@@ -191,6 +257,14 @@ def run(graph: Graph) -> bool:
             # model's 1.4140625) scales its input: x * Phi(x * s) = gelu(x * s) / s
             attrs = {} if _near(c, math.sqrt(2)) else {"scale": math.sqrt(2) / c}
             sweep.replace(dead[-1], Node("Gelu", [x], [out], attrs, node.name or "gelu", FUSED_DOMAIN, 1))
+            sweep.remove(*dead[:-1])
+        elif node.op_type == "Tanh" and graph.elem_type(node.inputs[0]) in (1, 10, 11, 16, None):
+            t = _match_gelu_tanh(graph, uses, node)
+            if t is None or not sweep.fresh(*t[2]):
+                continue
+            x, out, dead, beta, kappa = t
+            attrs = {"beta": beta, "kappa": kappa}
+            sweep.replace(dead[-1], Node("GeluTanh", [x], [out], attrs, node.name or "gelu_tanh", FUSED_DOMAIN, 1))
             sweep.remove(*dead[:-1])
         elif node.op_type == "Sigmoid" and graph.elem_type(node.inputs[0]) in (1, 10, 11, 16, None):
             s = _match_swish(graph, uses, node)
