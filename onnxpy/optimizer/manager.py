@@ -24,6 +24,7 @@ from .passes import (
     fuse_concat_conv,
     fuse_dynamic_matmul,
     fuse_fake_quant,
+    fuse_flat_gemm,
     fuse_patterns,
     fuse_pointwise_depthwise,
     half_in_float,
@@ -43,6 +44,7 @@ BASIC: list[Pass] = [constant_folding.run, eliminate.run, common_subexpressions.
 EXTENDED: list[Pass] = [
     fuse_fake_quant.run,
     fuse_dynamic_matmul.run,
+    fuse_flat_gemm.run,
     fold_batchnorm.run,
     fuse_activation.run,
     fold_shuffle.run,
