@@ -33,6 +33,13 @@ def _heads(x: Any, shape: Any, what: str) -> Any:
     return y
 
 
+def _split(x: Any, what: str) -> Any:
+    """``x`` given per head: (batch, heads, seq, size)."""
+    if x.ndim != 4:
+        raise ValueError(f"Attention: {what} has shape {list(x.shape)}, expected (batch, heads, seq, size)")
+    return x
+
+
 @op("Attention", 1, domain=DOMAIN, host_inputs=(3, 4, 5))
 def attention(
     xp: Any,
@@ -47,15 +54,21 @@ def attention(
     scale: float = 1.0,
     nan_to_zero: int = 0,
     nan_value: float = 0.0,
+    key_heads: int = 0,
+    value_heads: int = 0,
 ) -> Any:
     """softmax(Q K^T * scale + bias) V per head, Q/K/V given as (batch, seq, hidden) and split
     into heads by the shapes their Reshapes had; returns (batch, heads, seq, size).
+    ``key_heads`` / ``value_heads``: K / V are given already split, (batch, heads, seq, size),
+    their shape inputs absent (a decoder's keys and values with the past ones concatenated in
+    front, which the graph also returns as its present state).
 
     ``nan_to_zero`` replaces NaN probabilities (rows where the mask hides every key) by
     ``nan_value``, as the graph's IsNaN/Where guard did."""
     q = _heads(query, query_shape, "query").transpose(0, 2, 1, 3)
-    k = _heads(key, key_shape, "key").transpose(0, 2, 3, 1)
-    v = _heads(value, value_shape, "value").transpose(0, 2, 1, 3)
+    k = _split(key, "key") if key_heads else _heads(key, key_shape, "key")
+    k = k.transpose(0, 1, 3, 2) if key_heads else k.transpose(0, 2, 3, 1)
+    v = _split(value, "value") if value_heads else _heads(value, value_shape, "value").transpose(0, 2, 1, 3)
     scores = stacked_matmul(xp, q * q.dtype.type(scale), k)
     if bias is not None:
         if np.broadcast_shapes(scores.shape, bias.shape) == scores.shape:

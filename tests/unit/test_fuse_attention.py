@@ -181,3 +181,78 @@ def test_context_comes_back_in_sequence_memory_order(batched: bool, monkeypatch:
     merged = context.transpose(0, 2, 1, 3)
     assert merged.flags.c_contiguous is not batched
     assert context.flags.c_contiguous is batched
+
+
+def _decoder_model(key_perm: tuple[int, ...] = (0, 1, 3, 2)) -> onnx.ModelProto:
+    """GPT-2's attention with past: the new keys and values split per head and concatenated
+    behind the past ones (returned as present_key / present_value), keys transposed for the
+    product, scores divided by sqrt(size), a mask added."""
+    nodes = _split("q", [0, 2, 1, 3]) + _split("k", [0, 2, 1, 3]) + _split("v", [0, 2, 1, 3])
+    nodes += [
+        helper.make_node("Concat", ["past_key", "k_h"], ["present_key"], axis=-2),
+        helper.make_node("Concat", ["past_value", "v_h"], ["present_value"], axis=-2),
+        helper.make_node("Transpose", ["present_key"], ["keys_t"], perm=list(key_perm)),
+        helper.make_node("MatMul", ["q_h", "keys_t"], ["scores"]),
+        helper.make_node("Div", ["scores", "root_size"], ["scores_d"]),
+        helper.make_node("Add", ["scores_d", "mask"], ["scores_m"]),
+        helper.make_node("Softmax", ["scores_m"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "present_value"], ["context"]),
+        helper.make_node("Transpose", ["context"], ["context_t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["context_t", "merged_shape"], ["y"]),
+    ]
+    inits = {
+        "heads_shape": np.array([0, 0, HEADS, SIZE], np.int64),
+        "merged_shape": np.array([0, 0, HEADS * SIZE], np.int64),
+        "root_size": np.array(np.sqrt(SIZE), np.float32),
+    }
+    inputs = [vinfo(n, F, ["b", "s", HEADS * SIZE]) for n in ("q", "k", "v")]
+    inputs += [vinfo(n, F, ["b", HEADS, "p", SIZE]) for n in ("past_key", "past_value")]
+    inputs.append(vinfo("mask", F, ["b", 1, "s", "t"]))
+    outputs = [vinfo("y", F, ["b", "s", HEADS * SIZE])]
+    outputs += [vinfo(n, F, ["b", HEADS, "t", SIZE]) for n in ("present_key", "present_value")]
+    return make_model(nodes, inputs, outputs, initializers=inits)
+
+
+def _decoder_feeds(batch: int, seq: int, past: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(batch + 10 * seq + 100 * past)
+    feeds = {n: rng.standard_normal((batch, seq, HEADS * SIZE)).astype(np.float32) for n in ("q", "k", "v")}
+    for n in ("past_key", "past_value"):
+        feeds[n] = rng.standard_normal((batch, HEADS, past, SIZE)).astype(np.float32)
+    # causal: new token i sees the past and new tokens up to i
+    mask = np.triu(np.full((seq, past + seq), -1e4, np.float32), past + 1)
+    feeds["mask"] = np.broadcast_to(mask, (batch, 1, seq, past + seq)).copy()
+    return feeds
+
+
+def test_decoder_attention_reads_present_keys_and_values_per_head() -> None:
+    model = _decoder_model()
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    (attention,) = [n for n in graph.nodes if n.op_type == "Attention"]
+    assert attention.attrs["key_heads"] == 1 and attention.attrs["value_heads"] == 1
+    assert attention.inputs[1:3] == ["present_key", "present_value"]
+    assert not {"Softmax", "MatMul", "Div", "Add"} & {n.op_type for n in graph.nodes}
+    assert sum(n.op_type == "Concat" for n in graph.nodes) == 2  # the present outputs stay
+    for batch, seq, past in ((1, 1, 0), (1, 1, 6), (2, 3, 4)):
+        _check_numbers(model, _decoder_feeds(batch, seq, past))
+
+
+def test_decoder_keys_read_elsewhere_stay_unfused() -> None:
+    # the transposed keys fetched by the caller too: the Transpose must stay, and so the pattern
+    model = _decoder_model()
+    model.graph.output.append(vinfo("keys_t", F, None))
+    assert "Attention" not in _fused_ops(model)
+    _check_numbers(model, _decoder_feeds(2, 3, 4))
+    # batch and heads swapped as well (a valid product when batch == heads): not K^T
+    model = _decoder_model(key_perm=(1, 0, 3, 2))
+    assert "Attention" not in _fused_ops(model)
+    _check_numbers(model, _decoder_feeds(HEADS, 3, 4))
+
+
+def test_per_head_inputs_of_the_wrong_rank_name_the_input() -> None:
+    from onnxpy.ops import fused_attention
+
+    q = np.zeros((1, 2, HEADS * SIZE), np.float32)
+    shape = np.array([0, 0, HEADS, SIZE], np.int64)
+    with pytest.raises(ValueError, match=r"key has shape \[2, 8\], expected \(batch, heads, seq, size\)"):
+        fused_attention.attention(np, q, np.zeros((2, 8), np.float32), q, shape, None, shape, key_heads=1)

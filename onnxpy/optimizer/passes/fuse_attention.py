@@ -7,6 +7,10 @@ The pattern, matched from each Softmax over the last axis:
     P = Softmax(S, axis=-1) [-> Where(IsNaN(P), constant, P)]
     O = MatMul(P, V)        V = Transpose<0,2,1,3>(Reshape(v, sv))
 
+K may instead be Transpose<0,1,3,2>(keys) and V any 4-D value, both already split per head
+(batch, heads, seq, size): GPT-2's decoder concatenates the past keys and values in front of
+the new ones and returns them, so they stay as they are and the fused node reads them.
+
 O, the per-head context (batch, heads, seq, size), is the fused node's output: how exporters
 merge the heads afterwards varies, and they often read O's shape to do it.
 
@@ -138,7 +142,9 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
     nodes.append(node)
     keep: set[int] = set()
     q = _split_heads(graph, uses, node.inputs[0], node, _HEADS, nodes, keep)
-    k = _split_heads(graph, uses, node.inputs[1], node, _KEYS_T, nodes, keep)
+    k = _split_heads(graph, uses, node.inputs[1], node, _KEYS_T, nodes, keep) or _given_per_head(
+        graph, uses, node.inputs[1], node, nodes
+    )
     if q is None or k is None:
         return None
     # Downwards: [NaN guard] MatMul(P, V).
@@ -164,19 +170,49 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
     assert mm2 is not None
     nodes.append(mm2)
     v = _split_heads(graph, uses, mm2.inputs[1], mm2, _HEADS, nodes, keep)
+    if v is None and _rank(graph, mm2.inputs[1]) == 4:
+        v = (mm2.inputs[1], "", 1.0)  # given per head (a decoder's present values)
     if v is None or v[2] != 1.0:
         return None
     total = scale * q[2] * k[2]
+    attrs: dict[str, float | int] = {"scale": float(total), "nan_to_zero": nan_to_zero, "nan_value": float(nan_value)}
+    if not k[1]:
+        attrs["key_heads"] = 1
+    if not v[1]:
+        attrs["value_heads"] = 1
     fused = Node(
         "Attention",
         [q[0], k[0], v[0], q[1], k[1], v[1], bias],
         [mm2.outputs[0]],
-        {"scale": float(total), "nan_to_zero": nan_to_zero, "nan_value": float(nan_value)},
+        attrs,
         softmax.name or "attention",
         FUSED_DOMAIN,
         1,
     )
     return fused, [n for n in nodes if id(n) not in keep]
+
+
+def _rank(graph: Graph, name: str) -> int | None:
+    shape = graph.shape(name)
+    return None if shape is None else len(shape)
+
+
+def _given_per_head(
+    graph: Graph, uses: Uses, name: str, reader: Node, nodes: list[Node]
+) -> tuple[str, str, float] | None:
+    """(keys, "", 1.0) when ``name``, read by ``reader`` alone, is Transpose<0,1,3,2> of 4-D
+    keys already split per head (a decoder's past and new keys concatenated, which the graph
+    also returns): the fused node reads them as they are. The Transpose goes to ``nodes``."""
+    node = uses.producer.get(name)
+    if not _plain(node, "Transpose") or not _sole(uses, name, reader):
+        return None
+    assert node is not None
+    if list(node.attrs.get("perm", [])) != [0, 1, 3, 2] or _rank(graph, node.inputs[0]) != 4:
+        return None
+    if graph.elem_type(node.inputs[0]) not in (1, 11, None):
+        return None
+    nodes.append(node)
+    return node.inputs[0], "", 1.0
 
 
 def _scaled(uses: Uses, name: str) -> bool:
