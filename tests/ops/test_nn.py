@@ -120,6 +120,7 @@ def test_large_softmax_runs_in_blocks_of_rows(monkeypatch: pytest.MonkeyPatch, c
 
     monkeypatch.setattr(nn_ops, "_SOFTMAX_BLOCKED_MIN_VALUES", 0)
     monkeypatch.setattr(nn_ops, "_SOFTMAX_BLOCK_VALUES", 4 * 60)
+    monkeypatch.setattr(nn_ops, "_SOFTMAX_SMALL_VALUES", 0)  # not the small-array path
     x = (np.random.default_rng(21).standard_normal((1, 3, 11, 60)) * 3).astype(np.float32)
     if case == "far_below":
         x[0, 1, 5] -= 300  # its sum under the block's shift would underflow to 0

@@ -94,3 +94,26 @@ def test_layer_norm_over_an_empty_axis_is_refused_like_onnxruntime() -> None:
         nn.layer_norm(np, np.zeros((3, 0), np.float32), np.ones(0, np.float32), None, axis=-1)
     empty_rows = nn.layer_norm(np, np.zeros((0, 4), np.float32), np.ones(4, np.float32), None, axis=-1)
     assert empty_rows.shape == (0, 4)
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 1, 1), (1, 4, 1, 33), (2, 5), (64, 16), (1, 12, 1, 600)])
+def test_small_softmax_matches_the_blocked_form_and_proves_what_it_can(shape: tuple[int, ...]) -> None:
+    """Small arrays (a decoder step's scores) take five ufunc calls with per-row shifts: the
+    values of the shared-shift form, the same non-finite rows, and the same NaN-free proof."""
+    rng = np.random.default_rng(len(shape) + shape[-1])
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+    assert x.size <= nn._SOFTMAX_SMALL_VALUES and x.size <= nn._SOFTMAX_SMALL_ROWS * shape[-1]
+    probs, nan_free = nn._softmax_checked(np, x, x.ndim - 1, False)
+    blocked, blocked_free = nn._softmax_rows_shared_shift(x)
+    assert nan_free and blocked_free
+    np.testing.assert_allclose(probs, _softmax64(x), rtol=2e-6, atol=1e-9)
+    np.testing.assert_allclose(probs, blocked, rtol=2e-6, atol=1e-9)
+    rows = x.reshape(-1, shape[-1])
+    if rows.shape[0] >= 2:
+        rows[0] = -np.inf  # a fully masked row: NaN, and no proof
+        rows[-1, 0] = np.nan
+        with np.errstate(invalid="ignore"):
+            probs, nan_free = nn._softmax_checked(np, x, x.ndim - 1, False)
+        flat = probs.reshape(rows.shape)
+        assert not nan_free and np.isnan(flat[0]).all() and np.isnan(flat[-1]).all()
+        np.testing.assert_allclose(flat[1:-1], _softmax64(rows[1:-1]), rtol=2e-6, atol=1e-9)
