@@ -54,18 +54,20 @@ def attention(
     scale: float = 1.0,
     nan_to_zero: int = 0,
     nan_value: float = 0.0,
+    query_heads: int = 0,
     key_heads: int = 0,
     value_heads: int = 0,
 ) -> Any:
     """softmax(Q K^T * scale + bias) V per head, Q/K/V given as (batch, seq, hidden) and split
     into heads by the shapes their Reshapes had; returns (batch, heads, seq, size).
-    ``key_heads`` / ``value_heads``: K / V are given already split, (batch, heads, seq, size),
-    their shape inputs absent (a decoder's keys and values with the past ones concatenated in
-    front, which the graph also returns as its present state).
+    ``query_heads`` / ``key_heads`` / ``value_heads``: Q / K / V are given already split,
+    (batch, heads, seq, size), their shape inputs absent (a decoder's keys and values with the
+    past ones concatenated in front, which the graph also returns as its present state; timm's
+    ViT splitting one packed projection by Reshape, Transpose and Split).
 
     ``nan_to_zero`` replaces NaN probabilities (rows where the mask hides every key) by
     ``nan_value``, as the graph's IsNaN/Where guard did."""
-    q = _heads(query, query_shape, "query").transpose(0, 2, 1, 3)
+    q = _split(query, "query") if query_heads else _heads(query, query_shape, "query").transpose(0, 2, 1, 3)
     k = _split(key, "key") if key_heads else _heads(key, key_shape, "key")
     k = k.transpose(0, 1, 3, 2) if key_heads else k.transpose(0, 2, 3, 1)
     v = _split(value, "value") if value_heads else _heads(value, value_shape, "value").transpose(0, 2, 1, 3)
@@ -84,7 +86,8 @@ def attention(
         # (batch, heads, seq, size) view: exporters merge the heads next (Transpose<0,2,1,3>,
         # then Reshape to (batch, seq, hidden)), which then needs no copy. (Stacks large enough
         # for OpenBLAS's batched call keep it: it needs the heads' results apart.)
-        b, h, s, d = probs.shape[0], probs.shape[1], probs.shape[2], v.shape[3]
+        # (Per-head inputs may broadcast over batch or heads, as MatMul's operands do.)
+        (b, h), s, d = np.broadcast_shapes(probs.shape[:2], v.shape[:2]), probs.shape[2], v.shape[3]
         context = np.empty((b, s, h, d), dtype=v.dtype).transpose(0, 2, 1, 3)
         return np.matmul(probs, v, out=context)
     return stacked_matmul(xp, probs, v)

@@ -138,15 +138,26 @@ def test_nan_guard_and_shape_readers_fuse_and_keep_the_views_shape_reads() -> No
     "variant",
     [
         {"axis": 1},  # Softmax over the heads, not the keys
-        {"allowzero": 1},
         {"scores_output": True},  # an intermediate the caller fetches
         {"q_scale": np.linspace(0.3, 0.7, SIZE, dtype=np.float32)},  # per feature, not a scalar
     ],
-    ids=["softmax-axis", "allowzero", "scores-fetched", "vector-scale"],
+    ids=["softmax-axis", "scores-fetched", "vector-scale"],
 )
 def test_near_misses_stay_unfused(variant: dict[str, Any]) -> None:
     model = _attention_model("sdpa", **variant)
     assert "Attention" not in _fused_ops(model)
+    _check_numbers(model, _feeds(model))
+
+
+def test_a_split_the_fusion_cannot_absorb_stays_and_is_read_per_head() -> None:
+    # Q's Reshape takes 0 literally (allowzero): it stays a node of its own, with its Transpose,
+    # and the fused node reads the queries they split per head
+    model = _attention_model("sdpa", allowzero=1)
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    (attention,) = [n for n in graph.nodes if n.op_type == "Attention"]
+    assert attention.attrs.get("query_heads") == 1 and "key_heads" not in attention.attrs
+    assert any(n.op_type == "Reshape" and n.attrs.get("allowzero") for n in graph.nodes)
     _check_numbers(model, _feeds(model))
 
 
@@ -256,3 +267,30 @@ def test_per_head_inputs_of_the_wrong_rank_name_the_input() -> None:
     shape = np.array([0, 0, HEADS, SIZE], np.int64)
     with pytest.raises(ValueError, match=r"key has shape \[2, 8\], expected \(batch, heads, seq, size\)"):
         fused_attention.attention(np, q, np.zeros((2, 8), np.float32), q, shape, None, shape, key_heads=1)
+
+
+def test_vit_attention_split_from_one_packed_projection_fuses() -> None:
+    # timm: Reshape(qkv, [b, n, 3, heads, size]) -> Transpose<2,0,3,1,4> -> Split -> Squeeze,
+    # q * scale, k transposed for the product: one Attention per block, reading the views
+    from tests.models.zoo import vit
+
+    model = vit()
+    ops = _fused_ops(model)
+    assert ops.get("Attention") == 2 and "Softmax" not in ops and "MatMul" not in ops
+    feeds = {"pixel_values": np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)}
+    assert_optimized_matches(model, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_per_head_operands_broadcast_as_matmul_does() -> None:
+    # queries and keys of one image, values of two: the context has the values' batch
+    from onnxpy.ops import fused_attention
+
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((1, HEADS, 3, SIZE)).astype(np.float32)
+    k = rng.standard_normal((1, HEADS, 5, SIZE)).astype(np.float32)
+    v = rng.standard_normal((2, HEADS, 5, SIZE)).astype(np.float32)
+    got = fused_attention.attention(np, q, k, v, None, None, None, query_heads=1, key_heads=1, value_heads=1)
+    scores = q @ k.transpose(0, 1, 3, 2)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    np.testing.assert_allclose(got, probs @ v, rtol=1e-5, atol=1e-6)

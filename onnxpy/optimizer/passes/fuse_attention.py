@@ -7,9 +7,11 @@ The pattern, matched from each Softmax over the last axis:
     P = Softmax(S, axis=-1) [-> Where(IsNaN(P), constant, P)]
     O = MatMul(P, V)        V = Transpose<0,2,1,3>(Reshape(v, sv))
 
-K may instead be Transpose<0,1,3,2>(keys) and V any 4-D value, both already split per head
-(batch, heads, seq, size): GPT-2's decoder concatenates the past keys and values in front of
-the new ones and returns them, so they stay as they are and the fused node reads them.
+Q may instead be any 4-D value [times a scalar], K Transpose<0,1,3,2>(keys) and V any 4-D
+value, all already split per head (batch, heads, seq, size): GPT-2's decoder concatenates the
+past keys and values in front of the new ones and returns them, so they stay as they are and
+the fused node reads them; timm's ViT splits one packed projection with Reshape, Transpose,
+Split and Squeeze, which stay (views).
 
 O, the per-head context (batch, heads, seq, size), is the fused node's output: how exporters
 merge the heads afterwards varies, and they often read O's shape to do it.
@@ -141,7 +143,9 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
     assert node is not None
     nodes.append(node)
     keep: set[int] = set()
-    q = _split_heads(graph, uses, node.inputs[0], node, _HEADS, nodes, keep)
+    q = _split_heads(graph, uses, node.inputs[0], node, _HEADS, nodes, keep) or _query_per_head(
+        graph, uses, node.inputs[0], node, nodes
+    )
     k = _split_heads(graph, uses, node.inputs[1], node, _KEYS_T, nodes, keep) or _given_per_head(
         graph, uses, node.inputs[1], node, nodes
     )
@@ -176,6 +180,8 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
         return None
     total = scale * q[2] * k[2]
     attrs: dict[str, float | int] = {"scale": float(total), "nan_to_zero": nan_to_zero, "nan_value": float(nan_value)}
+    if not q[1]:
+        attrs["query_heads"] = 1
     if not k[1]:
         attrs["key_heads"] = 1
     if not v[1]:
@@ -213,6 +219,31 @@ def _given_per_head(
         return None
     nodes.append(node)
     return node.inputs[0], "", 1.0
+
+
+def _query_per_head(
+    graph: Graph, uses: Uses, name: str, reader: Node, nodes: list[Node]
+) -> tuple[str, str, float] | None:
+    """(queries, "", scale) when ``name``, read by ``reader`` alone, is 4-D queries already
+    split per head, [times or divided by a scalar] (timm's ViT: Squeeze(Split(Transpose(
+    Reshape(qkv)))) * scale). A scaling node goes to ``nodes``."""
+    node = uses.producer.get(name)
+    scale = 1.0
+    if (_plain(node, "Mul") or _plain(node, "Div")) and _sole(uses, name, reader):
+        assert node is not None
+        inner = (
+            node.inputs[0]
+            if node.op_type == "Div"
+            else next((i for i in node.inputs if constant(graph, i) is None), node.inputs[0])
+        )
+        factor = _scalar_factor(graph, node, inner)
+        if factor is None or _rank(graph, inner) != 4 or graph.elem_type(inner) not in (1, 11, None):
+            return None
+        nodes.append(node)
+        return inner, "", factor
+    if _rank(graph, name) != 4 or graph.elem_type(name) not in (1, 11, None) or not _sole(uses, name, reader):
+        return None
+    return name, "", scale
 
 
 def _scaled(uses: Uses, name: str) -> bool:
