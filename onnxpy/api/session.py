@@ -1164,21 +1164,31 @@ class InferenceSession:
 
 def _fresh(v: Any, feeds: dict[str, Any], earlier: list[Any]) -> bool:
     """Whether ``v`` is a host array the caller may have as it is: numeric, C-contiguous,
-    writeable, owning its memory, and neither a feed nor an earlier result. Such an array
-    overlaps another array owning memory only by being it, and no feed can view it, so
-    identity checks decide (``_to_user``'s general checks cost about 1 us a call more). False,
-    for those checks to decide, where a feed is a sequence or an earlier result is not an
-    array owning its memory (a view of v, returned first)."""
+    writeable, its memory its own or a whole private buffer's (a kernel's result reshaped, as
+    products are), and neither a feed nor an earlier result nor a view of that memory. Such an
+    array overlaps another only by sharing its memory's owner, so identity checks decide
+    (``_to_user``'s general checks cost about 1 us a call more, and a reshaped first result
+    sent every later one there: GPT-2's logits before its four present tensors). False, for
+    those checks to decide, where a feed or an earlier result is not an array whose memory's
+    owner is known (a sequence, a view of a view)."""
     if v.__class__ is not np.ndarray or v.dtype.kind in "USO":
         return False
     flags = v.flags
-    if not (flags.owndata and flags.writeable and flags.c_contiguous):
+    if not (flags.writeable and flags.c_contiguous):
         return False
-    for other in feeds.values():
-        if other is v or other.__class__ is not np.ndarray:
+    memory = v if flags.owndata else v.base
+    if memory is not v and (
+        memory.__class__ is not np.ndarray or not memory.flags.owndata or memory.nbytes != v.nbytes
+    ):
+        return False
+    for other in (*feeds.values(), *earlier):
+        if other.__class__ is not np.ndarray or other is v or other is memory:
             return False
-    for other in earlier:  # an earlier result that is a view may view v
-        if other is v or other.__class__ is not np.ndarray or not other.flags.owndata:
+        if (
+            not other.flags.owndata
+            and other.base is not None
+            and (other.base is memory or other.base is v or other.base.__class__ is not np.ndarray)
+        ):
             return False
     return True
 

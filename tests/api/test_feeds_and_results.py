@@ -118,6 +118,35 @@ def test_results_never_share_memory() -> None:
         assert results[0].ravel().tolist() == list(range(6))
 
 
+def test_reshaped_results_are_handed_over_unless_they_share_memory() -> None:
+    # Results that are whole-buffer views (a reshaped product) go back as they are, and still
+    # never share memory with each other or with the caller's input.
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["p"]),
+        helper.make_node("Reshape", ["p", "flat"], ["first"]),
+        helper.make_node("Reshape", ["p", "column"], ["second"]),
+        helper.make_node("Relu", ["x"], ["third"]),
+        helper.make_node("Reshape", ["x", "flat"], ["fed"]),
+    ]
+    m = make_model(
+        nodes,
+        [vinfo("x", F, [2, 3])],
+        [vinfo(n, F) for n in ("first", "second", "third", "fed")],
+        {"w": np.eye(3, dtype=np.float32), "flat": np.array([6]), "column": np.array([6, 1])},
+    )
+    sess = onnxpy.InferenceSession(m)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for names in (None, ["second", "first"], ["fed", "third"]):
+        results = sess.run(names, {"x": x})
+        for i, r in enumerate(results):
+            assert not np.shares_memory(r, x)
+            for other in results[i + 1 :]:
+                assert not np.shares_memory(r, other)
+            assert r.ravel().tolist() == list(range(6))
+    first, *_ = sess.run(None, {"x": x})
+    assert first.base is not None and first.base.nbytes == first.nbytes  # handed over, not copied
+
+
 def test_ort_value_results_are_fresh_too() -> None:
     sess = onnxpy.InferenceSession(_identity(F))
     v = onnxpy.OrtValue.ortvalue_from_numpy(np.ones(3, np.float32))
