@@ -564,6 +564,27 @@ def layer_norm(
     stash_type: int = 1,
     ctx: Any = None,
 ) -> Any:
+    if (
+        X.__class__ is np.ndarray
+        and X.ndim
+        and (axis == -1 or axis == X.ndim - 1)
+        and X.dtype in (np.float32, np.float64)
+        and (stash_type == 1 or X.dtype == np.float64)
+        and (ctx is None or ctx.n_outputs == 1)
+        and X.size
+        and Scale.shape == X.shape[-1:]
+        and Scale.dtype == X.dtype
+        and (B is None or (B.shape == X.shape[-1:] and B.dtype == X.dtype))
+    ):
+        # The transformer case (the last axis, vector scale and bias, one output), checked in one
+        # expression: the general form's axis, dtype and broadcast handling cost about 3 us of
+        # a decoder step's 17 us LayerNorm on one token. Same operations, so the same values.
+        centered, _, inv_std = _row_stats(X.reshape(-1, X.shape[-1]), epsilon)
+        centered *= inv_std[:, None]
+        centered *= Scale
+        if B is not None:
+            centered += B
+        return centered.reshape(X.shape)
     if X.ndim == 0:
         raise ValueError("LayerNormalization needs X of rank >= 1")
     axis = normalize_axis(axis, X.ndim)

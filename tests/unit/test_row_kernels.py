@@ -117,3 +117,24 @@ def test_small_softmax_matches_the_blocked_form_and_proves_what_it_can(shape: tu
         flat = probs.reshape(rows.shape)
         assert not nan_free and np.isnan(flat[0]).all() and np.isnan(flat[-1]).all()
         np.testing.assert_allclose(flat[1:-1], _softmax64(rows[1:-1]), rtol=2e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 32), (32,), (4, 7, 16)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_single_output_path_gives_the_general_values(shape, dtype, with_bias: bool) -> None:
+    """One output over the last axis with vector scale and bias takes the short path: the same
+    operations as the general form's (which the three-output call takes), so the same bits."""
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 2 + 1).astype(dtype)
+    scale = rng.standard_normal(shape[-1]).astype(dtype)
+    bias = rng.standard_normal(shape[-1]).astype(dtype) if with_bias else None
+    short = nn.layer_norm(np, x, scale, bias, ctx=_Ctx(1))
+    general = nn.layer_norm(np, x, scale, bias, ctx=_Ctx(3))[0]
+    assert short.dtype == dtype and short.shape == x.shape
+    np.testing.assert_array_equal(short, general)
+    # a (1, W) scale broadcasts the general way, to the same values
+    broadcast = nn.layer_norm(np, x, scale.reshape(1, -1), bias)
+    np.testing.assert_array_equal(broadcast, general if x.ndim > 1 else general[None])
+    with pytest.raises(ValueError, match="rank >= 1"):
+        nn.layer_norm(np, np.array(1.0, dtype), np.array(1.0, dtype), None)
