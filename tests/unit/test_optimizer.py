@@ -82,6 +82,22 @@ def test_constant_folding_turns_weight_subgraphs_into_initializers() -> None:
     _same_numbers(m, {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32)})
 
 
+def test_a_folded_transpose_is_stored_in_c_order() -> None:
+    # GPT-2's tied lm_head: MatMul(h, Transpose(wte)). The folded weight is its own C-ordered
+    # array (BLAS streams it better for one token than the transposed view's order), read-only.
+    wte = RNG.standard_normal((10, 4)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["wte"], ["wt"]), helper.make_node("MatMul", ["h", "wt"], ["y"])]
+    m = make_model(
+        nodes, [vinfo("h", TensorProto.FLOAT, [3, 4])], [vinfo("y", TensorProto.FLOAT, [3, 10])], {"wte": wte}
+    )
+    graph = build_graph(m)
+    assert constant_folding.run(graph)
+    wt = graph.initializers["wt"]
+    assert wt.flags.c_contiguous and wt.flags.owndata and not wt.flags.writeable
+    np.testing.assert_array_equal(wt, wte.T)
+    _same_numbers(m, {"h": RNG.standard_normal((3, 4)).astype(np.float32)})
+
+
 def test_constant_folding_keeps_random_ops_and_dynamic_shapes() -> None:
     nodes = [
         helper.make_node("RandomNormal", [], ["r"], shape=[2]),
