@@ -102,7 +102,8 @@ def prepare_models(args: argparse.Namespace, workdir: str) -> list[tuple[str, st
     models = []
     for e in entries:
         header = onnx.load(e.path, load_external_data=False)
-        feeds = bench.make_feeds(header, dims=bench.free_dims(header, args.seq), batch=1, seed=args.seed)
+        dims = e.dims or bench.free_dims(header, args.seq)
+        feeds = bench.make_feeds(header, dims=dims, batch=1, seed=args.seed)
         feeds_path = os.path.join(workdir, f"{e.name}_feeds.npz")
         np.savez(feeds_path, **feeds.arrays)
         models.append((e.name, e.path, feeds_path))
@@ -197,7 +198,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.rounds < 1 or args.repeat < 1 or args.warmup < 0:
         p.error("--rounds and --repeat must be at least 1, --warmup at least 0")
     # bench.collect_models reads these too: the shared models as they are, nothing derived.
-    args.random_weights = args.quantized = args.half = False
+    args.random_weights = args.quantized = args.half = args.transformers = False
     return args
 
 

@@ -5,6 +5,7 @@
     python benchmarks/bench.py --random-weights    # light models with random weights
     python benchmarks/bench.py --quantized --no-light --batches 1   # the shared models quantized
     python benchmarks/bench.py --half --no-light --batches 1        # the shared models in float16
+    python benchmarks/bench.py --transformers --no-light --no-shared --batches 1   # GPT-2, BERT, ViT
 
 What it measures, for each model:
 
@@ -27,7 +28,10 @@ With ``--quantized``, also the shared models as onnxruntime's quantizer writes t
 (``quantized.py``), outside issue 5's figures. onnxruntime runs them with integer kernels that
 round a little differently from the float graph the model describes, so their outputs differ
 by a quantization step or two and the relative-difference warning leaves them out. With
-``--half``, also the shared models in float16 (``half.py``), reported apart the same way.
+``--half``, also the shared models in float16 (``half.py``), reported apart the same way. With
+``--transformers``, also GPT-2 (one decoder step with 128 cached tokens, and a prompt), BERT and a
+ViT built as transformers' and timm's exporters write them (``tests/models/zoo.py``, at the sizes
+``transformer_models`` sets), also reported apart.
 
 Batch 1 and 8. Batch 8 runs only where the model's batch axis is free: the light models (and
 squeezenet1_1) were exported with a fixed batch of 1, which the table says.
@@ -86,9 +90,10 @@ TARGET_MEMORY = 1.5
 @dataclass
 class ModelEntry:
     name: str
-    kind: str  # "light", "shared", "quantized", "half" or "mlp"
+    kind: str  # "light", "shared", "quantized", "half", "transformer" or "mlp"
     path: str
     note: str = ""
+    dims: dict[str, int] | None = None  # free dimensions, where not --seq (a decoder step's)
 
 
 def tiny_mlp(features: int = 64, hidden: int = 128, classes: int = 10, seed: int = 0) -> onnx.ModelProto:
@@ -160,6 +165,36 @@ def randomize_weights(model: onnx.ModelProto, seed: int = 0) -> int:
     return replaced
 
 
+# Exporter-faithful transformers (tests/models/zoo.py) at sizes between the tests' toy ones and
+# the published models: the per-node work of a real layer, a few layers.
+GPT2_SIZE = {"vocab": 8192, "embd": 256, "heads": 4, "layers": 4, "positions": 512}
+BERT_SIZE = {"vocab": 8192, "hidden": 256, "heads": 4, "layers": 4, "inter": 1024, "max_pos": 512, "types": 2}
+VIT_SIZE = {"image": 224, "patch": 16, "dim": 192, "heads": 3, "depth": 4, "mlp": 768, "classes": 1000}
+DECODER_PAST = 128  # tokens already in the cache of a decoder step
+
+
+def transformer_models(workdir: str, seed: int) -> list[ModelEntry]:
+    """GPT-2 (one decoder step after DECODER_PAST tokens, with past key/values as optimum
+    exports it; and a prompt of --seq tokens), BERT at --seq tokens and a ViT-Tiny-like ViT,
+    as transformers' and timm's exporters write them. Outside issue 5's figures."""
+    from tests.models import zoo
+
+    step = {"sequence_length": 1, "past_sequence_length": DECODER_PAST}
+    step["past_sequence_length + sequence_length"] = DECODER_PAST + 1
+    models = [
+        ("gpt2_decoder_step", zoo.gpt2(17, seed, past=True, cfg=GPT2_SIZE), step),
+        ("gpt2_prompt", zoo.gpt2(17, seed, cfg=GPT2_SIZE), None),
+        ("bert", zoo.bert(17, seed, cfg=BERT_SIZE), None),
+        ("vit", zoo.vit(18, seed, cfg=VIT_SIZE), None),
+    ]
+    entries = []
+    for name, model, dims in models:
+        path = os.path.join(workdir, f"{name}.onnx")
+        onnx.save(model, path)
+        entries.append(ModelEntry(name, "transformer", path, dims=dims))
+    return entries
+
+
 def collect_models(args: argparse.Namespace, workdir: str) -> tuple[list[ModelEntry], list[str]]:
     entries: list[ModelEntry] = []
     messages: list[str] = []
@@ -193,6 +228,8 @@ def collect_models(args: argparse.Namespace, workdir: str) -> tuple[list[ModelEn
             from half import half_models  # benchmarks/half.py
 
             entries += [ModelEntry(name, "half", h) for name, h in half_models(shared, workdir)]
+    if args.transformers:
+        entries += transformer_models(workdir, args.seed)
     p = os.path.join(workdir, "tiny_mlp.onnx")
     onnx.save(tiny_mlp(seed=args.seed), p)
     entries.append(ModelEntry("tiny_mlp", "mlp", p))
@@ -255,7 +292,7 @@ def measure(entry: ModelEntry, batch: int, args: argparse.Namespace) -> Result:
     if batch != 1 and not free_batch_axis(entry.path):
         res.status, res.reason = "skipped", "batch axis fixed at 1 in the model"
         return res
-    dims = free_dims(header, args.seq)
+    dims = entry.dims or free_dims(header, args.seq)
     feeds = make_feeds(header, dims=dims, batch=batch, seed=args.seed)
     res.inputs = {n: list(a.shape) for n, a in feeds.arrays.items()}
     cfg = SessionConfig(
@@ -467,7 +504,7 @@ def report(results: list[Result], memory: bool) -> str:
             if batch == 1:
                 line += f" (issue 5 targets: geomean <= {TARGET_GEOMEAN}, none above {TARGET_WORST})"
             lines.append(line)
-        for kind, what in (("quantized", "quantized"), ("half", "float16")):
+        for kind, what in (("quantized", "quantized"), ("half", "float16"), ("transformer", "transformer")):
             apart = [r for r in results if r.batch == batch and r.status == "ok" and r.kind == kind]
             if apart:
                 lines.append(
@@ -526,6 +563,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--random-weights", action="store_true", help="light models with random weights")
     p.add_argument("--quantized", action="store_true", help="also the shared models, quantized by onnxruntime")
     p.add_argument("--half", action="store_true", help="also the shared models in float16")
+    p.add_argument(
+        "--transformers",
+        action="store_true",
+        help="also GPT-2 (a decoder step with past, a prompt), BERT and ViT as exporters write them",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the peak-RSS subprocesses")
     p.add_argument("--no-light", action="store_true", help="skip onnx's light models")
     p.add_argument("--no-shared", action="store_true", help="skip ../shared/models")
@@ -568,7 +610,8 @@ def main(argv: list[str] | None = None) -> int:
                 r = measure(entry, batch, args)
                 if memory and r.status == "ok" and batch == batches[0]:
                     header = onnx.load(entry.path, load_external_data=False)
-                    feeds = make_feeds(header, dims=free_dims(header, args.seq), batch=batch, seed=args.seed)
+                    dims = entry.dims or free_dims(header, args.seq)
+                    feeds = make_feeds(header, dims=dims, batch=batch, seed=args.seed)
                     r.rss_onnxpy_mb, r.touched_onnxpy_mb = memory_use("onnxpy", entry, feeds.arrays, args)
                     r.rss_onnxruntime_mb, r.touched_onnxruntime_mb = memory_use(
                         "onnxruntime", entry, feeds.arrays, args

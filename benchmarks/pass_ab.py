@@ -115,6 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-pairs", type=int, default=20, help="fewest pairs per model (default 20)")
     p.add_argument("--budget", type=float, default=20.0, help="seconds of pairs to aim for per model (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls of each side first (default 3)")
+    p.add_argument("--transformers", action="store_true", help="also GPT-2, BERT and ViT (bench.py --transformers)")
     p.add_argument("--no-light", action="store_true", help="skip onnx's light models")
     p.add_argument("--no-shared", action="store_true", help="skip ../shared/models")
     p.add_argument("--shared-dir", default=str(HERE.parent.parent / "shared" / "models"))
@@ -127,7 +128,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"not onnxpy pass names: {', '.join(unknown)} (the passes: {', '.join(pass_names())})")
     if args.pairs < 1 or args.min_pairs < 1 or args.warmup < 0 or args.budget <= 0:
         p.error("--pairs and --min-pairs must be at least 1, --warmup at least 0, --budget positive")
-    args.random_weights = args.quantized = args.half = False  # read by bench.collect_models
+    args.random_weights = args.quantized = args.half = False  # read by bench.collect_models (as --transformers)
     return args
 
 

@@ -459,14 +459,14 @@ def _heads(b: Builder, x: str, heads: int, hd: int) -> str:
     return b.op("Reshape", [x, b.shape_vec([b.dim(x, 0), b.dim(x, 1), heads, hd])])
 
 
-def bert(opset: int, seed: int = 0, sdpa: bool = False) -> onnx.ModelProto:
+def bert(opset: int, seed: int = 0, sdpa: bool = False, cfg: dict[str, int] | None = None) -> onnx.ModelProto:
     """opset 14: decomposed LayerNorm, mask * -10000 (older transformers); opset 17:
     LayerNormalization, mask * finfo.min. ``sdpa``: attention through
     F.scaled_dot_product_attention as the TorchScript exporter writes it (transformers >= 4.36):
     a bool mask expanded to (b, 1, s, s) turned into 0/-inf by Where, q and k^T each scaled by
     sqrt(1/sqrt(head_dim)) computed from the traced shape, and an IsNaN/Where guard after the
     Softmax."""
-    cfg = BERT
+    cfg = cfg or BERT  # another size: benchmarks/bench.py --transformers
     hid, heads, hd = cfg["hidden"], cfg["heads"], cfg["hidden"] // cfg["heads"]
     decomposed = opset < 17
     b = Builder(seed, opset)
@@ -570,14 +570,14 @@ def _conv1d(b: Builder, x: str, nx: int, nf: int, name: str) -> str:
         return b.op("Reshape", [y, b.shape_vec([b.dim(x, 0), b.dim(x, 1), nf])])
 
 
-def gpt2(opset: int, seed: int = 0, past: bool = False) -> onnx.ModelProto:
+def gpt2(opset: int, seed: int = 0, past: bool = False, cfg: dict[str, int] | None = None) -> onnx.ModelProto:
     """opset 14: decomposed LayerNorm, the causal mask a bool lower-triangular buffer sliced to
     (key_len - query_len : key_len, :key_len) and applied with Where, scale by a traced
     sqrt(head_dim). opset 17: LayerNormalization, a float causal mask built at run time with
     ConstantOfShape + Trilu and merged with the padding mask by Where (newer transformers).
     ``past``: optimum's decoder_with_past: past_key_values.* inputs concatenated in front of the
     new keys/values, positions from the past length, a mask over past + new tokens."""
-    cfg = GPT2
+    cfg = cfg or GPT2
     d, heads = cfg["embd"], cfg["heads"]
     hd = d // heads
     decomposed = opset < 17
@@ -689,13 +689,13 @@ def gpt2(opset: int, seed: int = 0, past: bool = False) -> onnx.ModelProto:
 VIT = {"image": 32, "patch": 8, "dim": 32, "heads": 4, "depth": 2, "mlp": 64, "classes": 10}
 
 
-def vit(opset: int = 18, seed: int = 0, dynamo: bool = False) -> onnx.ModelProto:
+def vit(opset: int = 18, seed: int = 0, dynamo: bool = False, cfg: dict[str, int] | None = None) -> onnx.ModelProto:
     """TorchScript style (opset 17-18): traced Shape/Gather/Concat reshapes, ``expand(B, -1, -1)``
     through ConstantOfShape/Equal/Where, qkv unbind as Split(num_outputs) + Squeeze, and the
     un-named output dims torch writes (``LayerNormalizationlast_hidden_state_dim_1``). Dynamo
     style (torch >= 2.9, IR 10): Shape(start, end), constant Reshape targets with allowzero=1,
     unbind as Slice + Squeeze, LayerNormalization stash_type=1."""
-    cfg = VIT
+    cfg = cfg or VIT
     d, heads = cfg["dim"], cfg["heads"]
     hd = d // heads
     n_tok = (cfg["image"] // cfg["patch"]) ** 2 + 1
