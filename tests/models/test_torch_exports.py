@@ -1,0 +1,78 @@
+"""The transformer fusions on what torch's TorchScript exporter actually writes (the zoo's
+builders imitate it): transformers' Conv1D and NewGELU, and nn.GELU(approximate="tanh"). Needs
+torch, which CI installs only from a local wheel folder."""
+
+from __future__ import annotations
+
+import collections
+import io
+import math
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+
+import onnxpy
+from onnxpy.optimizer.manager import optimize
+from onnxpy.runtime.compile import build_graph
+from tests.helpers import assert_optimized_matches
+
+TORCH_REASON = "torch is not installed (these tests export torch modules)"
+
+
+def _gpt2_mlp_export(torch) -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
+    class NewGELU(torch.nn.Module):  # transformers.activations.NewGELUActivation
+        def forward(self, x):
+            return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+    class Conv1D(torch.nn.Module):  # transformers.pytorch_utils.Conv1D
+        def __init__(self, nf: int, nx: int) -> None:
+            super().__init__()
+            self.nf = nf
+            self.weight = torch.nn.Parameter(torch.randn(nx, nf) * 0.2)
+            self.bias = torch.nn.Parameter(torch.randn(nf) * 0.1)
+
+        def forward(self, x):
+            size_out = x.size()[:-1] + (self.nf,)
+            x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+            return x.view(size_out)
+
+    class MLP(torch.nn.Module):  # GPT2MLP, plus torch's own tanh GELU on the residual
+        def __init__(self) -> None:
+            super().__init__()
+            self.c_fc, self.act, self.c_proj = Conv1D(64, 16), NewGELU(), Conv1D(16, 64)
+            self.tanh_gelu = torch.nn.GELU(approximate="tanh")
+
+        def forward(self, x):
+            return self.c_proj(self.act(self.c_fc(x))) + self.tanh_gelu(x)
+
+    torch.manual_seed(0)
+    mlp = MLP().eval()
+    x = torch.randn(2, 5, 16) * 2
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        torch.onnx.export(
+            mlp, (x,), f, input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b", 1: "s"}},
+            opset_version=17, dynamo=False,
+        )  # fmt: skip
+    with torch.no_grad():
+        want = mlp(x).numpy()
+    return onnx.load_from_string(f.getvalue()), x.numpy(), want
+
+
+def test_torchscript_export_of_gpt2_mlp_fuses_to_two_products() -> None:
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    model, x, want = _gpt2_mlp_export(torch)
+    exported = collections.Counter(n.op_type for n in model.graph.node)
+    assert exported["Gemm"] == 2 and exported["Reshape"] >= 4 and exported["Tanh"] == 2
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    fused = sorted((n.op_type, n.attrs.get("activation", "")) for n in graph.nodes)
+    # c_fc with NewGELU as its activation, c_proj with the residual (torch's tanh GELU of x)
+    assert fused == [("FusedMatMul", ""), ("FusedMatMul", "GeluTanh"), ("GeluTanh", "")]
+    got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # another batch and length: the same as the unfused graph and onnxruntime
+    assert_optimized_matches(model, {"x": np.ascontiguousarray(x[:1, :3])}, rtol=1e-5, atol=1e-5)
