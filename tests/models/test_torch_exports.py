@@ -76,3 +76,68 @@ def test_torchscript_export_of_gpt2_mlp_fuses_to_two_products() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     # another batch and length: the same as the unfused graph and onnxruntime
     assert_optimized_matches(model, {"x": np.ascontiguousarray(x[:1, :3])}, rtol=1e-5, atol=1e-5)
+
+
+def _gpt2_attention_export(torch) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[np.ndarray]]:
+    """transformers' GPT2Attention with past: Conv1D qkv, split_heads by view + permute, the past
+    keys and values concatenated in front (returned as present), the scores divided by a
+    traced sqrt(head size), a mask added, heads merged back, Conv1D out."""
+    d, h = 32, 4
+
+    class Conv1D(torch.nn.Module):
+        def __init__(self, nf: int, nx: int) -> None:
+            super().__init__()
+            self.nf = nf
+            self.weight = torch.nn.Parameter(torch.randn(nx, nf) * 0.2)
+            self.bias = torch.nn.Parameter(torch.randn(nf) * 0.1)
+
+        def forward(self, x):
+            size_out = x.size()[:-1] + (self.nf,)
+            return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(size_out)
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c_attn, self.c_proj = Conv1D(3 * d, d), Conv1D(d, d)
+
+        def split_heads(self, t):
+            return t.view(t.size()[:-1] + (h, d // h)).permute(0, 2, 1, 3)
+
+        def forward(self, x, past_key, past_value, mask):
+            q, k, v = self.c_attn(x).split(d, dim=2)
+            q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
+            k, v = torch.cat((past_key, k), dim=-2), torch.cat((past_value, v), dim=-2)
+            w = torch.matmul(q, k.transpose(-1, -2)) / torch.full([], (d // h) ** 0.5)
+            w = torch.nn.functional.softmax(w + mask, dim=-1)
+            o = torch.matmul(w, v).permute(0, 2, 1, 3).contiguous()
+            return self.c_proj(o.view(o.size()[:-2] + (d,))), k, v
+
+    torch.manual_seed(1)
+    attn = Attention().eval()
+    args = (torch.randn(1, 1, d), torch.randn(1, h, 6, d // h), torch.randn(1, h, 6, d // h), torch.zeros(1, 1, 1, 7))
+    names = ["x", "past_key", "past_value", "mask"]
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            attn, args, f, input_names=names, output_names=["y", "present_key", "present_value"],
+            dynamic_axes={"x": {0: "b", 1: "s"}, "past_key": {0: "b", 2: "p"}, "past_value": {0: "b", 2: "p"},
+                          "mask": {0: "b", 2: "s", 3: "t"}},
+            opset_version=17, dynamo=False,
+        )  # fmt: skip
+    with torch.no_grad():
+        want = [t.numpy() for t in attn(*args)]
+    return onnx.load_from_string(f.getvalue()), {n: a.numpy() for n, a in zip(names, args)}, want
+
+
+def test_torchscript_export_of_gpt2_attention_with_past_fuses() -> None:
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    model, feeds, want = _gpt2_attention_export(torch)
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    ops = collections.Counter(n.op_type for n in graph.nodes)
+    assert ops["Attention"] == 1 and ops["FusedMatMul"] == 2 and ops["Concat"] == 2  # present stays
+    assert not {"Softmax", "MatMul", "Gemm", "Div"} & set(ops)
+    got = onnxpy.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
