@@ -21,12 +21,10 @@ from tests.helpers import assert_optimized_matches
 TORCH_REASON = "torch is not installed (these tests export torch modules)"
 
 
-def _gpt2_mlp_export(torch) -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
-    class NewGELU(torch.nn.Module):  # transformers.activations.NewGELUActivation
-        def forward(self, x):
-            return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+def _conv1d(torch) -> type:
+    """transformers.pytorch_utils.Conv1D: addmm(bias, x.view(-1, nx), weight).view(..., nf)."""
 
-    class Conv1D(torch.nn.Module):  # transformers.pytorch_utils.Conv1D
+    class Conv1D(torch.nn.Module):
         def __init__(self, nf: int, nx: int) -> None:
             super().__init__()
             self.nf = nf
@@ -35,8 +33,17 @@ def _gpt2_mlp_export(torch) -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
 
         def forward(self, x):
             size_out = x.size()[:-1] + (self.nf,)
-            x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
-            return x.view(size_out)
+            return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(size_out)
+
+    return Conv1D
+
+
+def _gpt2_mlp_export(torch) -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
+    class NewGELU(torch.nn.Module):  # transformers.activations.NewGELUActivation
+        def forward(self, x):
+            return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+    Conv1D = _conv1d(torch)
 
     class MLP(torch.nn.Module):  # GPT2MLP, plus torch's own tanh GELU on the residual
         def __init__(self) -> None:
@@ -84,16 +91,7 @@ def _gpt2_attention_export(torch) -> tuple[onnx.ModelProto, dict[str, np.ndarray
     traced sqrt(head size), a mask added, heads merged back, Conv1D out."""
     d, h = 32, 4
 
-    class Conv1D(torch.nn.Module):
-        def __init__(self, nf: int, nx: int) -> None:
-            super().__init__()
-            self.nf = nf
-            self.weight = torch.nn.Parameter(torch.randn(nx, nf) * 0.2)
-            self.bias = torch.nn.Parameter(torch.randn(nf) * 0.1)
-
-        def forward(self, x):
-            size_out = x.size()[:-1] + (self.nf,)
-            return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(size_out)
+    Conv1D = _conv1d(torch)
 
     class Attention(torch.nn.Module):
         def __init__(self) -> None:
