@@ -222,6 +222,16 @@ def fresh_name(graph: Graph, base: str) -> str:
     return f"{base}_{k}"
 
 
+def shape_window(node: Node, rank: int) -> tuple[int, int]:
+    """A Shape node's start and end (opset 15) resolved for an input of ``rank``: negatives
+    count from the end, both clamped to [0, rank]."""
+    start = int(node.attrs.get("start", 0))
+    end = node.attrs.get("end")
+    s = min(max(start + rank if start < 0 else start, 0), rank)
+    e = rank if end is None else min(max(int(end) + rank if int(end) < 0 else int(end), 0), rank)
+    return s, e
+
+
 def attr(node: Node, name: str, default: Any = None) -> Any:
     return node.attrs.get(name, default)
 

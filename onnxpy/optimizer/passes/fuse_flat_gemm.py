@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant
+from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant, shape_window
 
 # An entry of a symbolic shape vector: an integer, or (value name, axis) for a dimension of it.
 Entry = int | tuple[str, int]
@@ -59,10 +59,7 @@ def _entries(graph: Graph, uses: Uses, name: str, depth: int = 0) -> tuple[list[
         shape = graph.shape(node.inputs[0])
         if shape is None:
             return None
-        rank = len(shape)
-        start, end = int(node.attrs.get("start", 0)), node.attrs.get("end")
-        s = min(max(start + rank if start < 0 else start, 0), rank)
-        e = rank if end is None else min(max(int(end) + rank if int(end) < 0 else int(end), 0), rank)
+        s, e = shape_window(node, len(shape))
         return [_dim(graph, node.inputs[0], i) for i in range(s, e)], False
     if op in ("Cast", "Identity"):
         if op == "Cast" and int(node.attrs.get("to", 0)) != 7:  # int64 only

@@ -24,7 +24,7 @@ import numpy as np
 from onnx import AttributeProto, TensorProto, helper
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep, Uses
+from ..rewrite import FUSED_DOMAIN, Sweep, Uses, shape_window
 
 # Rounds of rewriting: each removes one view layer under the Shape readers.
 MAX_ROUNDS = 8
@@ -37,15 +37,6 @@ def _plain(node: Node | None, op: str) -> bool:
 def _only_shape_readers(uses: Uses, name: str) -> bool:
     readers = uses.readers_of(name)
     return bool(readers) and name not in uses.graph_outputs and all(_plain(r, "Shape") for r in readers)
-
-
-def _window(node: Node, rank: int) -> tuple[int, int]:
-    """Shape's start/end (opset 15) resolved for a tensor of ``rank``."""
-    start = int(node.attrs.get("start", 0))
-    end = node.attrs.get("end")
-    s = min(max(start + rank if start < 0 else start, 0), rank)
-    e = rank if end is None else min(max(int(end) + rank if int(end) < 0 else int(end), 0), rank)
-    return s, e
 
 
 def _int64_vector(graph: Graph, name: str, length: int | None) -> None:
@@ -66,7 +57,7 @@ def _rewrite(graph: Graph, sweep: Sweep, shape: Node, view: Node) -> bool:
             if rank is None:
                 return False
             perm = list(range(rank))[::-1]
-        s, e = _window(shape, len(perm))
+        s, e = shape_window(shape, len(perm))
         indices = sweep.new_name(f"{out}_perm")
         graph.initializers[indices] = np.array(list(perm)[s:e], dtype=np.int64)
         sweep.add(Node("Shape", [source], [base], name=base, opset=shape.opset))
