@@ -663,6 +663,24 @@ def fused_layer_norm(xp: Any, X: Any, scale: Any, B: Any = None, *, axis: int = 
     return layer_norm(xp, X, scale, B, axis=axis, epsilon=epsilon)
 
 
+@op("RMSNormalization", 1, domain=DOMAIN)
+def fused_rms_norm(xp: Any, X: Any, scale: Any, *, epsilon: float) -> Any:  # noqa: N803
+    """x / sqrt(mean(x^2) + epsilon) * scale over the last axis, from an exporter's decomposed
+    RMS norm (optimizer/passes/fuse_patterns.py): the row sums of squares in one einsum pass,
+    then two passes, where the decomposed form made six."""
+    if xp is not np or X.size == 0:
+        ms = (X * X).mean(axis=-1, keepdims=True)
+        return X / xp.sqrt(ms + X.dtype.type(epsilon)) * scale
+    rows = X.reshape(-1, X.shape[-1])
+    ms = np.einsum("ij,ij->i", rows, rows)
+    ms /= X.dtype.type(X.shape[-1])
+    ms += X.dtype.type(epsilon)
+    np.sqrt(ms, out=ms)
+    y = np.divide(rows, ms[:, None])
+    y *= scale
+    return y.reshape(X.shape)
+
+
 @op("ReshapeShape", 1, domain=DOMAIN, host_inputs=(0, 1))
 def reshape_shape(xp: Any, input_shape: Any, shape: Any, *, allowzero: int = 0) -> Any:
     """The shape Reshape(x, ``shape``) gives an x of shape ``input_shape``, by Reshape's own rules

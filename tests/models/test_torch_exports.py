@@ -139,3 +139,45 @@ def test_torchscript_export_of_gpt2_attention_with_past_fuses() -> None:
     got = onnxpy.InferenceSession(model.SerializeToString()).run(None, feeds)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_torchscript_exports_of_rms_norms_fuse() -> None:
+    """transformers' LlamaRMSNorm (a float32 cast around it) and T5LayerNorm: one
+    RMSNormalization each, matching torch."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+
+    class LlamaRMSNorm(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight, self.variance_epsilon = torch.nn.Parameter(torch.rand(16) + 0.5), 1e-6
+
+        def forward(self, hidden_states):
+            input_dtype = hidden_states.dtype
+            hidden_states = hidden_states.to(torch.float32)
+            variance = hidden_states.pow(2).mean(-1, keepdim=True)
+            hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+            return self.weight * hidden_states.to(input_dtype)
+
+    class T5LayerNorm(LlamaRMSNorm):
+        def forward(self, hidden_states):
+            variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+            return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+    torch.manual_seed(2)
+    x = torch.randn(2, 3, 16) * 3
+    for module in (LlamaRMSNorm().eval(), T5LayerNorm().eval()):
+        f = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module, (x,), f, input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b", 1: "s"}},
+                opset_version=17, dynamo=False,
+            )  # fmt: skip
+        model = onnx.load_from_string(f.getvalue())
+        graph = build_graph(model)
+        optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+        assert [n.op_type for n in graph.nodes] == ["RMSNormalization"], type(module).__name__
+        with torch.no_grad():
+            want = module(x).numpy()
+        got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": x.numpy()})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

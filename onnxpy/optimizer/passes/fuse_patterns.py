@@ -7,6 +7,8 @@
   model's beta and kappa.
 - LayerNormalization decomposed as ReduceMean / Sub / Pow 2 / ReduceMean / Add eps / Sqrt / Div,
   optionally followed by Mul gamma and Add beta -> LayerNormalization (on the last axis).
+- RMS normalization: x * 1 / Sqrt(ReduceMean(x^2) + eps) [* weight] over the last axis
+  (LlamaRMSNorm, T5LayerNorm) -> onnxpy.fused.RMSNormalization.
 - Swish: x * Sigmoid(x) (SiLU) and x * Sigmoid(alpha * x) (CLIP's QuickGelu, ONNX's Swish
   expanded) -> onnxpy.fused.Swish, which fuse_activation.py then moves into the producer of x.
 - Transpose pairs: Transpose(Transpose(x, p), q) -> one Transpose (none if the composition is
@@ -224,6 +226,71 @@ def _match_layernorm(graph: Graph, uses: Uses, mean: Node) -> tuple[str, float, 
     return x, eps, div.outputs[0], [mean, sub, pow_, var, add, sqrt, div]
 
 
+def _match_rmsnorm(graph: Graph, uses: Uses, mean: Node) -> tuple[str, float, str, list[Node]] | None:
+    """(x, epsilon, normalized output, nodes) for x * 1 / Sqrt(ReduceMean(x^2) + eps) over the
+    last axis, as transformers' LlamaRMSNorm and T5LayerNorm export it (x^2 as Pow or Mul; the
+    reciprocal as Div(1, .) or Reciprocal then Mul, or one Div of x), starting at ``mean``."""
+    if not _last_axis_mean(graph, mean):
+        return None
+    square = uses.producer.get(mean.inputs[0])
+    if uses.only_reader(mean.inputs[0]) is not mean:
+        return None
+    if _is(square, "Pow") and _scalar(graph, square.inputs[1]) == 2.0:
+        x = square.inputs[0]
+    elif _is(square, "Mul") and square.inputs[0] == square.inputs[1]:
+        x = square.inputs[0]
+    else:
+        return None
+    add = uses.only_reader(mean.outputs[0])
+    if not _is(add, "Add"):
+        return None
+    eps = _scalar(graph, _other(add, mean.outputs[0]))
+    sqrt = uses.only_reader(add.outputs[0])
+    if eps is None or sqrt is None or sqrt.domain or sqrt.op_type != "Sqrt":
+        return None
+    nodes = [square, mean, add, sqrt]
+    step = uses.only_reader(sqrt.outputs[0])
+    if _is(step, "Div") and step.inputs == [x, sqrt.outputs[0]]:
+        return x, eps, step.outputs[0], [*nodes, step]
+    reciprocal = None
+    if _is(step, "Div") and step.inputs[1] == sqrt.outputs[0] and _scalar(graph, step.inputs[0]) == 1.0:
+        reciprocal = step
+    elif step is not None and not step.domain and step.op_type == "Reciprocal":
+        reciprocal = step
+    if reciprocal is None:
+        return None
+    mul = uses.only_reader(reciprocal.outputs[0])
+    if not _is(mul, "Mul") or _other(mul, reciprocal.outputs[0]) != x or mul.inputs[0] == mul.inputs[1]:
+        return None
+    return x, eps, mul.outputs[0], [*nodes, reciprocal, mul]
+
+
+def _fuse_rmsnorm(graph: Graph, sweep: Sweep, node: Node, x: str, eps: float, out: str, dead: list[Node]) -> None:
+    """The matched RMS normalization, with a following Mul by a constant weight over the last
+    axis, as onnxpy.fused.RMSNormalization (x's float32 or float64 only)."""
+    uses = sweep.uses
+    shape = graph.shape(x)
+    dtype = {1: np.float32, 11: np.float64}.get(graph.elem_type(x) or 0)
+    if shape is None or not shape or not isinstance(shape[-1], int) or dtype is None:
+        return
+    width = shape[-1]
+    scale = np.ones(width, dtype)
+    tail = dead[-1]
+    mul = uses.only_reader(out)
+    if _is(mul, "Mul") and sweep.fresh(mul):
+        g = constant(graph, _other(mul, out))
+        if _along_last_axis(g, width, len(shape)) and g.dtype == dtype:
+            scale = g.reshape(width)
+            tail, out, dead = mul, mul.outputs[0], [*dead, mul]
+    sname = sweep.new_name(f"{node.name or 'rmsnorm'}_scale")
+    graph.initializers[sname] = np.ascontiguousarray(scale)
+    fused = Node(
+        "RMSNormalization", [x, sname], [out], {"epsilon": float(eps)}, node.name or "rmsnorm", FUSED_DOMAIN, 1
+    )
+    sweep.replace(tail, fused)
+    sweep.remove(*[d for d in dead if d is not tail])
+
+
 def _match_swish(graph: Graph, uses: Uses, sig: Node) -> tuple[str, float, Node, list[Node]] | None:
     """(x, alpha, the Mul to replace, other nodes to remove) when Sigmoid ``sig`` sits in
     x * Sigmoid(x) or x * Sigmoid(alpha * x), alpha a scalar constant."""
@@ -276,9 +343,12 @@ def run(graph: Graph) -> bool:
             sweep.remove(*dead)
         elif node.op_type == "ReduceMean":
             m2 = _match_layernorm(graph, uses, node)
-            if m2 is None or not sweep.fresh(*m2[3]):
+            if m2 is not None and sweep.fresh(*m2[3]):
+                _fuse_layernorm(graph, sweep, node, *m2)
                 continue
-            _fuse_layernorm(graph, sweep, node, *m2)
+            r = _match_rmsnorm(graph, uses, node)
+            if r is not None and sweep.fresh(*r[3]):
+                _fuse_rmsnorm(graph, sweep, node, *r)
     _merge_transposes(graph, sweep)
     return sweep.finish()
 
