@@ -681,6 +681,24 @@ def fused_rms_norm(xp: Any, X: Any, scale: Any, *, epsilon: float) -> Any:  # no
     return y.reshape(X.shape)
 
 
+@op("RotaryHalf", 1, domain=DOMAIN)
+def rotary_half(xp: Any, X: Any, cos: Any, sin: Any, *, half: int) -> Any:  # noqa: N803
+    """X * cos + cat(-X[..., half:], X[..., :half]) * sin over the last axis: Llama's rotary
+    embedding (optimizer/passes/fuse_rotary.py), cos and sin broadcasting as in the graph."""
+    width = X.shape[-1]
+    if not 0 < half < width:
+        raise ValueError(f"RotaryHalf: half {half} must lie inside the last axis of {list(X.shape)}")
+    rotated = xp.empty_like(X)
+    xp.negative(X[..., half:], out=rotated[..., : width - half])
+    rotated[..., width - half :] = X[..., :half]
+    y = X * cos
+    rotated = rotated * sin
+    if rotated.shape == y.shape:
+        y += rotated
+        return y
+    return y + rotated  # sin broadcasts X to more than cos does
+
+
 @op("ReshapeShape", 1, domain=DOMAIN, host_inputs=(0, 1))
 def reshape_shape(xp: Any, input_shape: Any, shape: Any, *, allowzero: int = 0) -> Any:
     """The shape Reshape(x, ``shape``) gives an x of shape ``input_shape``, by Reshape's own rules

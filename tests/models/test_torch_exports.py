@@ -181,3 +181,41 @@ def test_torchscript_exports_of_rms_norms_fuse() -> None:
             want = module(x).numpy()
         got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": x.numpy()})[0]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_torchscript_export_of_llama_rotary_embedding_fuses() -> None:
+    """transformers' apply_rotary_pos_emb with rotate_half, its split point x.shape[-1] // 2
+    traced from Shape: one RotaryHalf for q and one for k, matching torch."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+
+    def rotate_half(x):
+        x1 = x[..., : x.shape[-1] // 2]
+        x2 = x[..., x.shape[-1] // 2 :]
+        return torch.cat((-x2, x1), dim=-1)
+
+    class Rotary(torch.nn.Module):
+        def forward(self, q, k, cos, sin):
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+            return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+    torch.manual_seed(3)
+    args = (torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 8))
+    names = ["q", "k", "cos", "sin"]
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Rotary(), args, f, input_names=names, output_names=["q_embed", "k_embed"],
+            dynamic_axes={"q": {0: "b", 2: "s"}, "k": {0: "b", 2: "s"}, "cos": {0: "b", 1: "s"},
+                          "sin": {0: "b", 1: "s"}},
+            opset_version=17, dynamo=False,
+        )  # fmt: skip
+    model = onnx.load_from_string(f.getvalue())
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    assert sorted(n.op_type for n in graph.nodes) == ["RotaryHalf", "RotaryHalf", "Unsqueeze", "Unsqueeze"]
+    with torch.no_grad():
+        want = [t.numpy() for t in Rotary()(*args)]
+    got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {n: a.numpy() for n, a in zip(names, args)})
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
