@@ -359,6 +359,67 @@ def test_matmul_bias_residual_add_becomes_one_fused_matmul(z_shape: tuple[int, .
     np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("tail", ["residual", "silu", "relu"])
+def test_bias_free_products_take_their_residual_or_activation(tail: str) -> None:
+    """Llama's projections have no bias: MatMul(x, W) then its residual Add (o_proj, down_proj)
+    or its activation (gate_proj's SiLU) becomes one FusedMatMul, FusedMatMul(x, W, -, z) for
+    a residual."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"])]
+    if tail == "residual":
+        nodes.append(helper.make_node("Add", ["z", "mm"], ["y"]))
+    elif tail == "silu":
+        nodes += [helper.make_node("Sigmoid", ["mm"], ["s"]), helper.make_node("Mul", ["mm", "s"], ["y"])]
+    else:
+        nodes.append(helper.make_node("Relu", ["mm"], ["y"]))
+    m = make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, [2, 4, 5]), vinfo("z", TensorProto.FLOAT, [2, 4, 3])],
+        [vinfo("y", TensorProto.FLOAT, None)],
+        initializers={"w": RNG.standard_normal((5, 3)).astype(np.float32)},
+    )
+    graph = build_graph(m)
+    optimize(graph, 99, host_only=True)
+    (fused,) = graph.nodes
+    assert fused.op_type == "FusedMatMul" and fused.inputs[:2] == ["x", "w"]
+    if tail == "residual":
+        assert fused.inputs[2:] == ["", "z"] and not fused.attrs.get("activation")
+    else:
+        assert fused.attrs["activation"] == {"silu": "Swish", "relu": "Relu"}[tail]
+    feeds = {
+        "x": RNG.standard_normal((2, 4, 5)).astype(np.float32),
+        "z": RNG.standard_normal((2, 4, 3)).astype(np.float32),
+    }
+    sess = _same_numbers(m, feeds)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_bias_free_product_with_siblings_is_left_to_pack_matmuls() -> None:
+    # two products of x (a gate and an up projection): packed into one GEMM, the residual
+    # Add after one of them stays a node of its own
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["a"]),
+        helper.make_node("MatMul", ["x", "w2"], ["b"]),
+        helper.make_node("Add", ["a", "z"], ["y1"]),
+        helper.make_node("Mul", ["b", "b"], ["y2"]),
+    ]
+    m = make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, [2, 5]), vinfo("z", TensorProto.FLOAT, [2, 3])],
+        [vinfo("y1", TensorProto.FLOAT, None), vinfo("y2", TensorProto.FLOAT, None)],
+        initializers={
+            "w1": RNG.standard_normal((5, 3)).astype(np.float32),
+            "w2": RNG.standard_normal((5, 3)).astype(np.float32),
+        },
+    )
+    graph = build_graph(m)
+    optimize(graph, 99, host_only=True)
+    assert sorted(n.op_type for n in graph.nodes) == ["Add", "Mul", "PackedMatMul"]
+    _same_numbers(
+        m, {"x": RNG.standard_normal((2, 5)).astype(np.float32), "z": RNG.standard_normal((2, 3)).astype(np.float32)}
+    )
+
+
 def test_levels_select_passes() -> None:
     from onnxpy.optimizer.manager import passes_for_level
 

@@ -7,7 +7,8 @@
   QuantizeLinear -> DequantizeLinear pair, see fuse_fake_quant.py) carry the activation
   as an attribute and apply it in place.
 - MatMul followed by Add of a constant vector over the last axis becomes FusedMatMul(A, B, bias),
-  and an Add after that (a residual, any float32 addend) its 4th input Z.
+  and an Add after that (a residual, any float32 addend) its 4th input Z; a MatMul without bias
+  (and without sibling products) takes its residual the same way, FusedMatMul(A, B, -, Z).
 """
 
 from __future__ import annotations
@@ -100,6 +101,13 @@ def _to_fused_conv(conv: Node) -> Node:
     )
 
 
+def _alone(uses: Any, product: Node) -> bool:
+    """No other MatMul reads ``product``'s first input (no sibling for pack_matmuls)."""
+    return not any(
+        r is not product and r.op_type == "MatMul" and not r.domain for r in uses.readers_of(product.inputs[0])
+    )
+
+
 def run(graph: Graph) -> bool:
     sweep = Sweep(graph)
     uses = sweep.uses
@@ -158,9 +166,11 @@ def run(graph: Graph) -> bool:
                 fused = Node(
                     "FusedGemm", list(node.inputs), list(node.outputs), dict(node.attrs), node.name, FUSED_DOMAIN, 1
                 )
-            elif node.op_type == "MatMul" and not node.domain and name == "FakeQuant" and len(node.inputs) == 2:
-                # A QDQ model's products: quantized in place on the fresh result. (Other
-                # activations wait for a bias, and sibling products for pack_matmuls.)
+            elif node.op_type == "MatMul" and not node.domain and len(node.inputs) == 2:
+                # A product whose only reader is the activation has no bias coming (a QDQ
+                # model's products and their FakeQuant; Llama's bias-free gate_proj and its
+                # SiLU): applied in place on the fresh result. pack_matmuls leaves such
+                # products to this pass.
                 fused = Node("FusedMatMul", list(node.inputs), list(node.outputs), {}, node.name, FUSED_DOMAIN, 1)
             else:
                 fused = None
@@ -190,6 +200,21 @@ def run(graph: Graph) -> bool:
                     FUSED_DOMAIN,
                     1,
                 )
+                sweep.replace(node, fused)
+                sweep.remove(nxt)
+            elif (
+                bias is None
+                and w is not None
+                and w.ndim == 2
+                and other != out
+                and graph.elem_type(other) == 1
+                and _alone(uses, node)
+            ):
+                # A product by a constant weight without bias, and its residual (Llama's bias-free
+                # o_proj and down_proj): FusedMatMul(A, B, -, Z) adds in place. Products of run-time
+                # operands (attention's scores and their mask) stay for fuse_attention, products
+                # sharing their input with other products for pack_matmuls.
+                fused = Node("FusedMatMul", [*node.inputs, "", other], [nxt.outputs[0]], {}, node.name, FUSED_DOMAIN, 1)
                 sweep.replace(node, fused)
                 sweep.remove(nxt)
     return sweep.finish()
