@@ -21,6 +21,18 @@ from tests.helpers import assert_optimized_matches
 TORCH_REASON = "torch is not installed (these tests export torch modules)"
 
 
+def _torchscript(torch, module, args, input_names, output_names, dynamic_axes) -> onnx.ModelProto:
+    """``module`` exported by torch's TorchScript exporter (dynamo=False) at opset 17."""
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        torch.onnx.export(
+            module, args, f, input_names=input_names, output_names=output_names, dynamic_axes=dynamic_axes,
+            opset_version=17, dynamo=False,
+        )  # fmt: skip
+    return onnx.load_from_string(f.getvalue())
+
+
 def _conv1d(torch) -> type:
     """transformers.pytorch_utils.Conv1D: addmm(bias, x.view(-1, nx), weight).view(..., nf)."""
 
@@ -57,16 +69,10 @@ def _gpt2_mlp_export(torch) -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
     torch.manual_seed(0)
     mlp = MLP().eval()
     x = torch.randn(2, 5, 16) * 2
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        torch.onnx.export(
-            mlp, (x,), f, input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b", 1: "s"}},
-            opset_version=17, dynamo=False,
-        )  # fmt: skip
+    model = _torchscript(torch, mlp, (x,), input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b", 1: "s"}})
     with torch.no_grad():
         want = mlp(x).numpy()
-    return onnx.load_from_string(f.getvalue()), x.numpy(), want
+    return model, x.numpy(), want
 
 
 def test_torchscript_export_of_gpt2_mlp_fuses_to_two_products() -> None:
@@ -114,18 +120,22 @@ def _gpt2_attention_export(torch) -> tuple[onnx.ModelProto, dict[str, np.ndarray
     attn = Attention().eval()
     args = (torch.randn(1, 1, d), torch.randn(1, h, 6, d // h), torch.randn(1, h, 6, d // h), torch.zeros(1, 1, 1, 7))
     names = ["x", "past_key", "past_value", "mask"]
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            attn, args, f, input_names=names, output_names=["y", "present_key", "present_value"],
-            dynamic_axes={"x": {0: "b", 1: "s"}, "past_key": {0: "b", 2: "p"}, "past_value": {0: "b", 2: "p"},
-                          "mask": {0: "b", 2: "s", 3: "t"}},
-            opset_version=17, dynamo=False,
-        )  # fmt: skip
+    model = _torchscript(
+        torch,
+        attn,
+        args,
+        input_names=names,
+        output_names=["y", "present_key", "present_value"],
+        dynamic_axes={
+            "x": {0: "b", 1: "s"},
+            "past_key": {0: "b", 2: "p"},
+            "past_value": {0: "b", 2: "p"},
+            "mask": {0: "b", 2: "s", 3: "t"},
+        },
+    )
     with torch.no_grad():
         want = [t.numpy() for t in attn(*args)]
-    return onnx.load_from_string(f.getvalue()), {n: a.numpy() for n, a in zip(names, args)}, want
+    return model, {n: a.numpy() for n, a in zip(names, args)}, want
 
 
 def test_torchscript_export_of_gpt2_attention_with_past_fuses() -> None:
@@ -166,14 +176,9 @@ def test_torchscript_exports_of_rms_norms_fuse() -> None:
     torch.manual_seed(2)
     x = torch.randn(2, 3, 16) * 3
     for module in (LlamaRMSNorm().eval(), T5LayerNorm().eval()):
-        f = io.BytesIO()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                module, (x,), f, input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b", 1: "s"}},
-                opset_version=17, dynamo=False,
-            )  # fmt: skip
-        model = onnx.load_from_string(f.getvalue())
+        model = _torchscript(
+            torch, module, (x,), input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b", 1: "s"}}
+        )
         graph = build_graph(model)
         optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
         assert [n.op_type for n in graph.nodes] == ["RMSNormalization"], type(module).__name__
@@ -201,16 +206,14 @@ def test_torchscript_export_of_llama_rotary_embedding_fuses() -> None:
     torch.manual_seed(3)
     args = (torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 8))
     names = ["q", "k", "cos", "sin"]
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            Rotary(), args, f, input_names=names, output_names=["q_embed", "k_embed"],
-            dynamic_axes={"q": {0: "b", 2: "s"}, "k": {0: "b", 2: "s"}, "cos": {0: "b", 1: "s"},
-                          "sin": {0: "b", 1: "s"}},
-            opset_version=17, dynamo=False,
-        )  # fmt: skip
-    model = onnx.load_from_string(f.getvalue())
+    model = _torchscript(
+        torch,
+        Rotary(),
+        args,
+        input_names=names,
+        output_names=["q_embed", "k_embed"],
+        dynamic_axes={"q": {0: "b", 2: "s"}, "k": {0: "b", 2: "s"}, "cos": {0: "b", 1: "s"}, "sin": {0: "b", 1: "s"}},
+    )
     graph = build_graph(model)
     optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
     assert sorted(n.op_type for n in graph.nodes) == ["RotaryHalf", "RotaryHalf", "Unsqueeze", "Unsqueeze"]
@@ -282,16 +285,21 @@ def test_torchscript_export_of_a_llama_block_with_past() -> None:
         torch.randn(1, kv_heads, past, hd), torch.randn(1, kv_heads, past, hd),
     )  # fmt: skip
     names = ["x", "cos", "sin", "mask", "past_key", "past_value"]
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            layer, args, f, input_names=names, output_names=["y", "present_key", "present_value"],
-            dynamic_axes={"x": {0: "b", 1: "s"}, "cos": {0: "b", 1: "s"}, "sin": {0: "b", 1: "s"},
-                          "mask": {0: "b", 2: "s", 3: "t"}, "past_key": {0: "b", 2: "p"}, "past_value": {0: "b", 2: "p"}},
-            opset_version=17, dynamo=False,
-        )  # fmt: skip
-    model = onnx.load_from_string(f.getvalue())
+    model = _torchscript(
+        torch,
+        layer,
+        args,
+        input_names=names,
+        output_names=["y", "present_key", "present_value"],
+        dynamic_axes={
+            "x": {0: "b", 1: "s"},
+            "cos": {0: "b", 1: "s"},
+            "sin": {0: "b", 1: "s"},
+            "mask": {0: "b", 2: "s", 3: "t"},
+            "past_key": {0: "b", 2: "p"},
+            "past_value": {0: "b", 2: "p"},
+        },
+    )
     graph = build_graph(model)
     optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
     ops = collections.Counter(n.op_type for n in graph.nodes)
