@@ -168,6 +168,9 @@ def randomize_weights(model: onnx.ModelProto, seed: int = 0) -> int:
 # Exporter-faithful transformers (tests/models/zoo.py) at sizes between the tests' toy ones and
 # the published models: the per-node work of a real layer, a few layers.
 GPT2_SIZE = {"vocab": 8192, "embd": 256, "heads": 4, "layers": 4, "positions": 512}
+# GPT-2 small's width (its 12 heads of 64, 3072-wide MLP) in half its layers: a decoder step
+# there streams 2-9 MB weights, where the 256-wide one stays in cache.
+GPT2_WIDE_SIZE = {"vocab": 8192, "embd": 768, "heads": 12, "layers": 6, "positions": 512}
 BERT_SIZE = {"vocab": 8192, "hidden": 256, "heads": 4, "layers": 4, "inter": 1024, "max_pos": 512, "types": 2}
 VIT_SIZE = {"image": 224, "patch": 16, "dim": 192, "heads": 3, "depth": 4, "mlp": 768, "classes": 1000}
 DECODER_PAST = 128  # tokens already in the cache of a decoder step
@@ -175,7 +178,7 @@ DECODER_PAST = 128  # tokens already in the cache of a decoder step
 
 def transformer_models(workdir: str, seed: int) -> list[ModelEntry]:
     """GPT-2 (one decoder step after DECODER_PAST tokens, with past key/values as optimum
-    exports it; and a prompt of --seq tokens), BERT at --seq tokens and a ViT-Tiny-like ViT,
+    exports it, at 256 and at 768 wide; and a prompt of --seq tokens), BERT at --seq tokens and a ViT-Tiny-like ViT,
     as transformers' and timm's exporters write them. Outside issue 5's figures."""
     from tests.models import zoo
 
@@ -183,6 +186,7 @@ def transformer_models(workdir: str, seed: int) -> list[ModelEntry]:
     step["past_sequence_length + sequence_length"] = DECODER_PAST + 1
     models = [
         ("gpt2_decoder_step", zoo.gpt2(17, seed, past=True, cfg=GPT2_SIZE), step),
+        ("gpt2_768_decoder_step", zoo.gpt2(17, seed, past=True, cfg=GPT2_WIDE_SIZE), step),
         ("gpt2_prompt", zoo.gpt2(17, seed, cfg=GPT2_SIZE), None),
         ("bert", zoo.bert(17, seed, cfg=BERT_SIZE), None),
         ("vit", zoo.vit(18, seed, cfg=VIT_SIZE), None),

@@ -232,14 +232,15 @@ def test_half_variants_are_float16_models_both_runtimes_agree_on(tmp_path: Path)
 def test_transformer_models_are_a_decoder_step_and_prompts_both_runtimes_agree_on(
     bench: ModuleType, tmp_path: Path
 ) -> None:
-    """--transformers: GPT-2 one token after 128 cached ones (the step's dims come with the
-    entry), GPT-2, BERT and ViT at --seq tokens; onnxpy and onnxruntime give the same outputs."""
+    """--transformers: GPT-2 one token after 128 cached ones at two widths (the step's dims come
+    with the entry), GPT-2, BERT and ViT at --seq tokens; onnxpy and onnxruntime give the same outputs."""
     import onnxpy
     from onnxpy.tools.feeds import make_feeds
 
     entries = bench.transformer_models(str(tmp_path), seed=0)
     assert [(e.name, e.kind) for e in entries] == [
         ("gpt2_decoder_step", "transformer"),
+        ("gpt2_768_decoder_step", "transformer"),
         ("gpt2_prompt", "transformer"),
         ("bert", "transformer"),
         ("vit", "transformer"),
@@ -247,7 +248,7 @@ def test_transformer_models_are_a_decoder_step_and_prompts_both_runtimes_agree_o
     for entry in entries:
         model = onnx.load(entry.path)
         feeds = make_feeds(model, dims=entry.dims or bench.free_dims(model, 16), batch=1, seed=0).arrays
-        if entry.name == "gpt2_decoder_step":
+        if entry.name.endswith("decoder_step"):
             assert feeds["input_ids"].shape == (1, 1) and feeds["attention_mask"].shape == (1, bench.DECODER_PAST + 1)
             assert feeds["past_key_values.0.key"].shape[2] == bench.DECODER_PAST
         got = onnxpy.InferenceSession(entry.path).run(None, feeds)
