@@ -305,10 +305,16 @@ def padded_rows(count: int, m: int, k: int, n: int, dtype: Any) -> int:
 # (512 x 512: 85 against 102), and beyond 32 MB neither does either (5632 x 2048: 1715 against
 # 1919; 11008 x 4096: 4990 against 5491). A 12-layer, 768-wide GPT-2 decoder step: 22.4 -> 20.0 ms
 # (90% of 300 alternating pairs faster). The other form is a derived copy of the constant, so
-# those weights are held twice; products of several rows keep the stored form (a 2-row product
-# through the transpose was 1.3x slower).
+# those weights are held twice.
 _ROW_FORM_MIN_BYTES = 2 << 20
 _ROW_FORM_MAX_BYTES = 32 << 20
+
+# Products of a few rows with such a weight (beam search, a small batch of decoder steps) run
+# as one GEMV per row: OpenBLAS's GEMM packs the whole weight for each call, which for a few rows
+# costs far more than the products (cold, 768 x 3072 with 2 rows: 989-1251 us as one GEMM,
+# 487-664 as two GEMVs, the second reading the weight from cache; 3072 x 768 967-1074 against
+# 484-529; 4 rows 0.70-0.84 of the GEMM's time, 8 rows 1.06-1.08).
+_FEW_ROWS = 4
 
 
 def one_row_operand(b: Any) -> Any:
@@ -336,6 +342,24 @@ def one_row_operand(b: Any) -> Any:
     # memory's address (below) costs 2-5.
     form = derived((b,), ("one-row-view",), lambda: _row_form(b, flip))
     return b if form is None else form
+
+
+def few_row_product(a: Any, b: Any, out: Any = None) -> Any:
+    """``a @ b`` for a 2-D host ``a`` of 2 to _FEW_ROWS rows and a 2-32 MB float32/float64 2-D
+    ``b``, one GEMV per row through ``one_row_operand``'s form of b (into ``out`` when given:
+    C-contiguous, of the product's shape); None where that does not apply."""
+    rows = a.shape[0]
+    if not 2 <= rows <= _FEW_ROWS or not _ROW_FORM_MIN_BYTES <= getattr(b, "nbytes", 0) <= _ROW_FORM_MAX_BYTES:
+        return None
+    if not isinstance(b, np.ndarray) or b.ndim != 2 or b.dtype not in (np.float32, np.float64):
+        return None
+    if not isinstance(a, np.ndarray) or a.dtype != b.dtype or a.shape[1] != b.shape[0]:
+        return None
+    y = np.empty((rows, b.shape[1]), dtype=b.dtype) if out is None else out
+    form = one_row_operand(b)
+    for r in range(rows):
+        np.matmul(a[r : r + 1], form, out=y[r : r + 1])
+    return y
 
 
 def _row_form(b: np.ndarray, flip: bool) -> np.ndarray | None:
@@ -372,8 +396,11 @@ def stacked_matmul(xp: Any, a: Any, b: Any, out: Any = None, many: bool = False)
         rows = math.prod(a.shape[:-1])
         flat = a.reshape(rows, a.shape[-1])
         shape = (*a.shape[:-1], b.shape[-1])
-        if rows == 1 and xp is np:
-            b = one_row_operand(b)
+        if rows <= _FEW_ROWS and xp is np:
+            if rows == 1:
+                b = one_row_operand(b)
+            elif (y := few_row_product(flat, b, None if out is None else out.reshape(rows, b.shape[-1]))) is not None:
+                return y.reshape(shape) if out is None else out
         if out is None:
             return xp.matmul(flat, b).reshape(shape)
         xp.matmul(flat, b, out=out.reshape(rows, b.shape[-1]))
@@ -384,6 +411,11 @@ def stacked_matmul(xp: Any, a: Any, b: Any, out: Any = None, many: bool = False)
         usable = isinstance(y, np.ndarray) and y.shape == shape and y.dtype == a.dtype and y.flags.writeable
         if usable and _gemm_stack(a, b, y, math.prod(a.shape[:-2])):
             return y
-    if xp is np and (ndim == 1 or (ndim == 2 and a.shape[0] == 1)):
-        b = one_row_operand(b)
+    if xp is np and ndim <= 2 and getattr(b, "ndim", 0) == 2:
+        if ndim == 1 or a.shape[0] == 1:
+            b = one_row_operand(b)
+        elif a.shape[0] <= _FEW_ROWS and (out is None or out.flags.c_contiguous):
+            y = few_row_product(a, b, out)
+            if y is not None:
+                return y
     return xp.matmul(a, b, out=out)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..model import dtypes
-from ._blas import one_row_operand, stacked_matmul
+from ._blas import few_row_product, one_row_operand, stacked_matmul
 from ._compat import broadcasts_into, host_ints, host_scalar, normalize_axis, numpy_core, require_rank
 from ._derived import in_dtype
 from .registry import op
@@ -74,9 +74,14 @@ def gemm(
         b = b.T
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"Gemm: A' {list(a.shape)} and B' {list(b.shape)} (after transA/transB) do not chain")
-    if a.shape[0] == 1 and xp is np:
-        b = one_row_operand(b)
-    y = xp.matmul(a, b)
+    y = None
+    if xp is np:
+        if a.shape[0] == 1:
+            b = one_row_operand(b)
+        else:
+            y = few_row_product(a, b)
+    if y is None:
+        y = xp.matmul(a, b)
     t = y.dtype.type
     if alpha != 1.0:
         y *= t(alpha)

@@ -1,5 +1,6 @@
 """One-row products read mid-sized constant weights in the layout GEMV streams faster
-(ops/_blas.one_row_operand): the same matrix, from a copy made once per constant."""
+(ops/_blas.one_row_operand): the same matrix, from a copy made once per constant; products of a
+few rows run as one such GEMV per row (few_row_product)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
 from onnxpy.ops import _blas
-from onnxpy.ops._blas import one_row_operand, stacked_matmul
+from onnxpy.ops._blas import few_row_product, one_row_operand, stacked_matmul
 from onnxpy.ops.nn import gemm
 
 
@@ -119,7 +120,7 @@ def test_a_decoder_like_session_gives_the_same_outputs_with_and_without_the_copi
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
     onnx.checker.check_model(onnx.load_from_string(model))
     session = onnxpy.InferenceSession(model)
-    feeds = [rng.standard_normal((rows, 2048)).astype(np.float32) for rows in (1, 3, 1)]
+    feeds = [rng.standard_normal((rows, 2048)).astype(np.float32) for rows in (1, 3, 1, 2, 4, 6)]
     with_copies = [session.run(None, {"x": x})[0] for x in feeds]
     monkeypatch.setattr(_blas, "_ROW_FORM_MAX_BYTES", 0)
     without = [session.run(None, {"x": x})[0] for x in feeds]
@@ -127,3 +128,52 @@ def test_a_decoder_like_session_gives_the_same_outputs_with_and_without_the_copi
         want = (x.astype(np.float64) @ numpy_helper.to_array(down)) @ numpy_helper.to_array(up).T
         np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [2, 3, 4])
+@pytest.mark.parametrize("layout", ["tall", "wide", "wide stored transposed", "writeable"])
+def test_few_row_products_are_one_gemv_per_row(rows: int, layout: str) -> None:
+    if layout == "tall":
+        b = _constant((2048, 512), seed=7)
+    elif layout == "wide":
+        b = _constant((512, 2048), seed=8)
+    elif layout == "wide stored transposed":
+        b = _constant((2048, 512), seed=9).T
+    else:
+        b = np.random.default_rng(10).standard_normal((2048, 512)).astype(np.float32)
+    a = np.random.default_rng(11).standard_normal((rows, b.shape[0])).astype(np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    got = few_row_product(a, b)
+    assert got is not None and got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    # Each row is the one-row product of that row, bit for bit.
+    for r in range(rows):
+        assert np.array_equal(got[r : r + 1], stacked_matmul(np, a[r : r + 1], b))
+    out = np.full(want.shape, np.nan, np.float32)
+    assert few_row_product(a, b, out) is out
+    assert np.array_equal(out, got)
+
+
+def test_few_row_products_only_where_they_pay() -> None:
+    tall = _constant((2048, 512))
+    rng = np.random.default_rng(12)
+    assert few_row_product(rng.standard_normal((1, 2048)).astype(np.float32), tall) is None  # the GEMV path
+    assert few_row_product(rng.standard_normal((5, 2048)).astype(np.float32), tall) is None  # GEMM wins
+    assert few_row_product(rng.standard_normal((2, 512)).astype(np.float32), _constant((512, 512))) is None
+    assert few_row_product(rng.standard_normal((2, 2048)), tall) is None  # float64 rows: numpy's promotion
+
+
+@pytest.mark.parametrize("shape", [(2, 2048), (1, 3, 2048), (4, 1, 2048)])
+def test_few_row_products_through_the_kernels_match_numpy(shape: tuple[int, ...]) -> None:
+    b = _constant((2048, 512), seed=13)
+    a = np.random.default_rng(14).standard_normal(shape).astype(np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(stacked_matmul(np, a, b), want, rtol=1e-4, atol=1e-3)
+    out = np.empty(want.shape, np.float32)
+    assert stacked_matmul(np, a, b, out=out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+    if a.ndim == 2:
+        stored = _constant((512, 2048), seed=15)  # Gemm's B with transB = 1
+        np.testing.assert_allclose(
+            gemm(np, a, stored, transB=1), a.astype(np.float64) @ stored.T.astype(np.float64), rtol=1e-4, atol=1e-3
+        )
