@@ -313,8 +313,9 @@ _ROW_FORM_MAX_BYTES = 32 << 20
 # as one GEMV per row: OpenBLAS's GEMM packs the whole weight for each call, which for a few rows
 # costs far more than the products (cold, 768 x 3072 with 2 rows: 989-1251 us as one GEMM,
 # 487-664 as two GEMVs, the second reading the weight from cache; 3072 x 768 967-1074 against
-# 484-529; 4 rows 0.70-0.84 of the GEMM's time, 8 rows 1.06-1.08).
-_FEW_ROWS = 4
+# 484-529; 4 rows 0.70-0.84 of the GEMM's time, 6 rows 0.66-0.82, 8 rows 0.87-1.08). A 6-layer,
+# 768-wide GPT-2 decoder step, batches of 5 and 6: 0.878 and 0.853 against a cut at 4 rows.
+_FEW_ROWS = 6
 
 
 def one_row_operand(b: Any) -> Any:
