@@ -11,7 +11,7 @@ What it measures, for each model:
 
 - median latency of ``run`` for onnxpy and onnxruntime, interleaved round by round in this one
   process (both see the same machine state), and their ratio onnxpy / onnxruntime; in each
-  round a runtime makes untimed calls for 50 ms (at least one), then a block of timed calls
+  round a runtime makes untimed calls for 150 ms (at least one), then a block of timed calls
   lasting about 0.1 s, so each is measured as it runs alone, not fighting the other's
   spinning thread pool (see ``time_interleaved``);
 - session-creation time of each;
