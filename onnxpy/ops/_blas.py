@@ -330,14 +330,14 @@ def one_row_operand(b: Any) -> Any:
         return b  # fed at run time: a copy per call would cost more than it saves
     k, n = b.shape
     if b.flags.c_contiguous:
-        flip = k >= n  # rows of n < k values: read a C-ordered (n, k) copy through its transpose
+        if k < n:
+            return b  # rows of n > k values already
+        flip = True  # rows of n <= k values: read a C-ordered (n, k) copy through its transpose
     elif b.flags.f_contiguous:
-        flip = False
         if k >= n:
             return b  # the transpose of a C-ordered (n, k) array (Gemm's transB): rows of k already
+        flip = False  # rows of k < n values: a C-ordered copy of b
     else:
-        return b
-    if not flip and b.flags.c_contiguous:
         return b
     # The view to return, cached per b: a hit costs 0.3 us, where finding the copy by the
     # memory's address (below) costs 2-5.
