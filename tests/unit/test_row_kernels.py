@@ -83,6 +83,29 @@ def test_layer_norm_fast_path_matches_float64(shape: tuple[int, ...], axis: int)
     assert got.dtype == np.float32 and mean.shape == m.shape
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 256), (1, 768), (3000,), (1, 1, 1, 8)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_of_one_row_matches_float64_and_the_rows_form(
+    shape: tuple[int, ...], dtype: type, with_bias: bool
+) -> None:
+    # One row (a decoder step's token) takes the scalar-statistics path; several rows the
+    # BLAS row statistics. Both agree with float64 and with each other.
+    rng = np.random.default_rng(2)
+    n = shape[-1]
+    x = (rng.standard_normal(shape) * 4 + 3).astype(dtype)
+    scale = rng.standard_normal(n).astype(dtype)
+    bias = rng.standard_normal(n).astype(dtype) if with_bias else None
+    got = nn.layer_norm(np, x, scale, bias)
+    assert got.shape == x.shape and got.dtype == dtype
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean()) / np.sqrt(x64.var() + 1e-5) * scale + (0 if bias is None else bias)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    rows = np.stack([x.reshape(-1), x.reshape(-1)[::-1]])  # two rows: the other path
+    np.testing.assert_allclose(nn.layer_norm(np, rows, scale, bias)[0], got.reshape(-1), rtol=tol, atol=tol)
+
+
 class _Ctx:
     def __init__(self, n_outputs: int) -> None:
         self.n_outputs = n_outputs
