@@ -316,6 +316,9 @@ _ROW_FORM_MAX_BYTES = 32 << 20
 # 484-529; 4 rows 0.70-0.84 of the GEMM's time, 6 rows 0.66-0.82, 8 rows 0.87-1.08). A 6-layer,
 # 768-wide GPT-2 decoder step, batches of 5 and 6: 0.878 and 0.853 against a cut at 4 rows.
 _FEW_ROWS = 6
+# Beyond 32 MB each row streams the weight from memory again, so only pairs of rows gain
+# (5632 x 2048: 0.59 of the GEMM's time with 2 rows, 1.13 with 4; 4096 x 11008: 0.50, 0.99).
+_FEW_ROWS_STREAMED = 2
 
 
 def one_row_operand(b: Any) -> Any:
@@ -347,10 +350,14 @@ def one_row_operand(b: Any) -> Any:
 
 def few_row_product(a: Any, b: Any, out: Any = None) -> Any:
     """``a @ b`` for a 2-D host ``a`` of 2 to _FEW_ROWS rows and a 2-32 MB float32/float64 2-D
-    ``b``, one GEMV per row through ``one_row_operand``'s form of b (into ``out`` when given:
-    C-contiguous, of the product's shape); None where that does not apply."""
+    ``b`` (2 rows beyond 32 MB), one GEMV per row through ``one_row_operand``'s form of b (into
+    ``out`` when given: C-contiguous, of the product's shape); None where that does not apply."""
     rows = a.shape[0]
-    if not 2 <= rows <= _FEW_ROWS or not _ROW_FORM_MIN_BYTES <= getattr(b, "nbytes", 0) <= _ROW_FORM_MAX_BYTES:
+    size = getattr(b, "nbytes", 0)
+    if (
+        not 2 <= rows <= (_FEW_ROWS if size <= _ROW_FORM_MAX_BYTES else _FEW_ROWS_STREAMED)
+        or size < _ROW_FORM_MIN_BYTES
+    ):
         return None
     if not isinstance(b, np.ndarray) or b.ndim != 2 or b.dtype not in (np.float32, np.float64):
         return None

@@ -161,6 +161,13 @@ def test_few_row_products_only_where_they_pay() -> None:
     assert few_row_product(rng.standard_normal((7, 2048)).astype(np.float32), tall) is None  # GEMM wins
     assert few_row_product(rng.standard_normal((2, 512)).astype(np.float32), _constant((512, 512))) is None
     assert few_row_product(rng.standard_normal((2, 2048)), tall) is None  # float64 rows: numpy's promotion
+    # Beyond 32 MB each row streams the weight again: pairs of rows only.
+    huge = _constant((4352, 2048), seed=16)  # 35.7 MB
+    assert few_row_product(rng.standard_normal((3, 4352)).astype(np.float32), huge) is None
+    pair = rng.standard_normal((2, 4352)).astype(np.float32)
+    got = few_row_product(pair, huge)
+    assert got is not None
+    np.testing.assert_allclose(got, pair.astype(np.float64) @ huge, rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("shape", [(2, 2048), (1, 3, 2048), (4, 1, 2048)])
