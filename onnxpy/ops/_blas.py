@@ -308,6 +308,14 @@ def padded_rows(count: int, m: int, k: int, n: int, dtype: Any) -> int:
 # those weights are held twice.
 _ROW_FORM_MIN_BYTES = 2 << 20
 _ROW_FORM_MAX_BYTES = 32 << 20
+# From 512 KB, oblong weights (one side at least twice the other) gain as well when cold
+# (alone, a 24 MB pass between calls): 1024 x 256 88-100 -> 75-81 us, 768 x 256 67-72 -> 48-63,
+# 2048 x 128 83-96 -> 55-71, 1024 x 384 81-110 -> 76-89, and stored transposed 256 x 1024 100
+# -> 53; near-square ones do not (512 x 512 73-89 against 66-90, 640 x 640 82-110 against
+# 105-116). A 4-layer, 256-wide GPT-2 decoder step (its 1024 x 256 projections): 0.96-0.98
+# paired in three runs of 1,000 pairs.
+_ROW_FORM_OBLONG_MIN_BYTES = 512 << 10
+_OBLONG = 2
 
 # Products of a few rows with such a weight (beam search, a small batch of decoder steps) run
 # as one GEMV per row: OpenBLAS's GEMM packs the whole weight for each call, which for a few rows
@@ -324,14 +332,18 @@ _FEW_ROWS_STREAMED = 2
 def one_row_operand(b: Any) -> Any:
     """``b`` for a one-row product ``x @ b``, or the same matrix as a view of a cached copy laid
     out the way GEMV streams faster (see above): for a constant (read-only) 2-D float32/float64
-    host weight of 2-32 MB whose longer side does not run along its memory rows."""
-    if not _ROW_FORM_MIN_BYTES <= getattr(b, "nbytes", 0) <= _ROW_FORM_MAX_BYTES:
+    host weight of 2-32 MB (512 KB for an oblong one) whose longer side does not run along its
+    memory rows."""
+    size = getattr(b, "nbytes", 0)
+    if not _ROW_FORM_OBLONG_MIN_BYTES <= size <= _ROW_FORM_MAX_BYTES:
         return b  # first, as the cheapest test: a batch-1 head's small weights stop here
     if not isinstance(b, np.ndarray) or b.ndim != 2 or b.dtype not in (np.float32, np.float64):
         return b
     if b.flags.writeable:
         return b  # fed at run time: a copy per call would cost more than it saves
     k, n = b.shape
+    if size < _ROW_FORM_MIN_BYTES and max(k, n) < _OBLONG * min(k, n):
+        return b
     if b.flags.c_contiguous:
         if k < n:
             return b  # rows of n > k values already

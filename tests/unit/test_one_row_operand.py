@@ -46,6 +46,21 @@ def test_layouts_already_streaming_well_are_kept() -> None:
     assert one_row_operand(tall_stored_transposed) is tall_stored_transposed
 
 
+@pytest.mark.parametrize("shape", [(1024, 256), (2048, 128), (768, 256)])
+def test_an_oblong_constant_under_2_mb_is_read_through_a_copy_too(shape: tuple[int, int]) -> None:
+    w = _constant(shape)  # 0.75-1 MB, one side at least twice the other
+    got = one_row_operand(w)
+    assert got is not w and got.flags.f_contiguous and np.array_equal(got, w)
+    wide = _constant(shape, seed=1).T  # a wide weight stored transposed (Gemm's transB = 1)
+    assert one_row_operand(wide).flags.c_contiguous
+
+
+@pytest.mark.parametrize("shape", [(512, 512), (640, 400), (256, 128)])
+def test_near_square_or_small_constants_under_2_mb_are_kept(shape: tuple[int, int]) -> None:
+    w = _constant(shape)  # near square, or under 512 KB
+    assert one_row_operand(w) is w
+
+
 @pytest.mark.parametrize(
     "case",
     ["small", "huge", "writeable", "read-only view of writeable memory", "strided", "float16", "1-D"],
