@@ -251,14 +251,17 @@ def batches(a: Any, b: Any, many: bool = False) -> bool:
     least _BATCH_MANY products is large enough whatever its total."""
     if not (batching_enabled and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
         return False
-    if a.ndim < 3 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
+    if a.ndim < 3 or b.ndim < 2:
         return False
     m, k = a.shape[-2:]
     n = b.shape[-1]
+    if m * n * k <= _BATCH_MIN_MNK:  # first: a decoder step's per-head products stop here
+        return False
+    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
+        return False
     count = math.prod(a.shape[:-2])
     return (
         count >= 2
-        and m * n * k > _BATCH_MIN_MNK
         and ((many and count >= _BATCH_MANY) or count * m * n * k >= _BATCH_MIN_TOTAL)
         and (b.ndim == 2 or b.shape[:-2] == a.shape[:-2])
         and b.shape[-2] == k

@@ -294,3 +294,35 @@ def test_per_head_operands_broadcast_as_matmul_does() -> None:
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     np.testing.assert_allclose(got, probs @ v, rtol=1e-5, atol=1e-6)
+
+
+def _reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: Any = 0.0) -> np.ndarray:
+    scores = q @ k.transpose(0, 1, 3, 2) + bias
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    return (probs / probs.sum(-1, keepdims=True)) @ v
+
+
+def test_a_bias_larger_than_the_scores_broadcasts_them_as_add_does() -> None:
+    # one query per head, a mask of four query rows: the Add gives four rows of scores
+    from onnxpy.ops import fused_attention
+
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((1, HEADS, 1, SIZE)).astype(np.float32)
+    k = rng.standard_normal((1, HEADS, 5, SIZE)).astype(np.float32)
+    v = rng.standard_normal((1, HEADS, 5, SIZE)).astype(np.float32)
+    bias = rng.standard_normal((1, 1, 4, 5)).astype(np.float32)
+    got = fused_attention.attention(np, q, k, v, None, None, None, bias, query_heads=1, key_heads=1, value_heads=1)
+    assert got.shape == (1, HEADS, 4, SIZE)
+    np.testing.assert_allclose(got, _reference_attention(q, k, v, bias), rtol=1e-5, atol=1e-6)
+
+
+def test_queries_of_two_images_with_shared_keys_and_values_broadcast() -> None:
+    from onnxpy.ops import fused_attention
+
+    rng = np.random.default_rng(10)
+    q = rng.standard_normal((2, HEADS, 3, SIZE)).astype(np.float32)
+    k = rng.standard_normal((1, HEADS, 5, SIZE)).astype(np.float32)
+    v = rng.standard_normal((1, 1, 5, SIZE)).astype(np.float32)  # one value head shared by all
+    got = fused_attention.attention(np, q, k, v, None, None, None, query_heads=1, key_heads=1, value_heads=1)
+    assert got.shape == (2, HEADS, 3, SIZE)
+    np.testing.assert_allclose(got, _reference_attention(q, k, v), rtol=1e-5, atol=1e-6)
