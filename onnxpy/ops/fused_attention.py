@@ -46,7 +46,77 @@ def _split(x: Any, what: str) -> Any:
     return x
 
 
-@op("Attention", 1, domain=DOMAIN, host_inputs=(3, 4, 5))
+def _repeated_heads(x: Any, expand: Any, reshape: Any, allowzero: int, what: str) -> tuple[Any, int, Any]:
+    """What transformers' repeat_kv makes of the KV heads ``x`` (batch, kv_heads, seq, size):
+    Reshape(Expand(Unsqueeze(x, axis 2), expand), reshape), the nodes optimizer/passes/
+    fold_repeat_kv.py folded into the Attention. Returns (x, n, copy) where that is each KV
+    head repeated n times in place (batch, kv_heads * n, seq, size), which attention then
+    reads without the copy (``copy()`` makes it where needed); otherwise (the copy the three
+    nodes make, 1, None)."""
+    if x.ndim < 2:
+        raise ValueError(f"Attention: {what} of shape {list(x.shape)} cannot take a new axis 2 (repeat_kv)")
+    lifted = x.reshape(*x.shape[:2], 1, *x.shape[2:])
+    try:
+        wide = np.broadcast_shapes(lifted.shape, tuple(host_ints(expand)))
+    except ValueError:
+        raise ValueError(f"Attention: cannot expand {what} {list(lifted.shape)} to {host_ints(expand)}") from None
+    target = tuple(_reshape_target(wide, host_ints(reshape), allowzero))
+    if x.ndim == 4 and len(wide) == 5:
+        b, kvh, t, d = x.shape
+        if (
+            wide[1] == kvh
+            and wide[3:] == (t, d)
+            and b in (1, wide[0])
+            and target == (wide[0], kvh * wide[2], t, d)
+            and x.dtype in (np.float32, np.float64)
+        ):
+            return x, wide[2], lambda: np.broadcast_to(lifted, wide).reshape(target)
+    return np.broadcast_to(lifted, wide).reshape(target), 1, None
+
+
+def _grouped_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, n: int, bias: Any, scale: float, nan_to_zero: int, nan_value: float
+) -> np.ndarray | None:
+    """Attention with each of the KV heads of k and v (batch, kv_heads, seq, size) serving n
+    consecutive query heads of q (batch, kv_heads * n, seq_q, size), read in place; None (use
+    the repeated copies) where the shapes or dtypes do not fit. One query (a decoder step):
+    each KV head's n query rows form one product. Returns (batch, heads, seq_q, size), in
+    (batch, seq_q, heads, size) memory as the ungrouped form writes it."""
+    if q.ndim != 4 or q.dtype != k.dtype or v.dtype != k.dtype or k.shape[1] != v.shape[1]:
+        return None
+    if bias is not None and not isinstance(bias, np.ndarray):
+        return None
+    b, heads, sq, d = q.shape
+    kvh = k.shape[1]
+    if heads != kvh * n or v.shape[2] != k.shape[2] or d != k.shape[3]:
+        return None
+    batch = max(b, k.shape[0], v.shape[0])
+    if any(x not in (1, batch) for x in (b, k.shape[0], v.shape[0])):
+        return None
+    if bias is not None and not broadcasts_into(bias.shape, (batch, heads, sq, k.shape[2])):
+        return None  # the mask would broadcast the scores further: the general form
+    qs = q * q.dtype.type(scale)
+    kt = k.transpose(0, 1, 3, 2)
+    if sq == 1:
+        scores = np.matmul(qs.reshape(b, kvh, n, d), kt).reshape(batch, heads, 1, k.shape[2])
+    else:
+        scores = np.matmul(qs.reshape(b, kvh, n, sq, d), kt[:, :, None]).reshape(batch, heads, sq, k.shape[2])
+    if bias is not None:
+        scores += bias
+    probs, nan_free = _softmax_checked(np, scores, 3, False, proof=bool(nan_to_zero))
+    if nan_to_zero and not nan_free and bool(np.isnan(probs.sum())):
+        np.copyto(probs, probs.dtype.type(nan_value), where=np.isnan(probs))
+    # The products write (batch, seq_q, kv_heads, n, size) memory through views of it.
+    dv = v.shape[3]
+    memory = np.empty((batch, sq, kvh, n, dv), dtype=v.dtype)
+    if sq == 1:
+        np.matmul(probs.reshape(batch, kvh, n, -1), v, out=memory.reshape(batch, kvh, n, dv))
+    else:
+        np.matmul(probs.reshape(batch, kvh, n, sq, -1), v[:, :, None], out=memory.transpose(0, 2, 3, 1, 4))
+    return memory.reshape(batch, sq, heads, dv).transpose(0, 2, 1, 3)
+
+
+@op("Attention", 1, domain=DOMAIN, host_inputs=(3, 4, 5, 7, 8, 9, 10))
 def attention(
     xp: Any,
     query: Any,
@@ -56,6 +126,10 @@ def attention(
     key_shape: Any,
     value_shape: Any,
     bias: Any = None,
+    key_expand: Any = None,
+    key_reshape: Any = None,
+    value_expand: Any = None,
+    value_reshape: Any = None,
     *,
     scale: float = 1.0,
     nan_to_zero: int = 0,
@@ -63,6 +137,9 @@ def attention(
     query_heads: int = 0,
     key_heads: int = 0,
     value_heads: int = 0,
+    kv_repeat: int = 0,
+    key_allowzero: int = 0,
+    value_allowzero: int = 0,
 ) -> Any:
     """softmax(Q K^T * scale + bias) V per head, Q/K/V given as (batch, seq, hidden) and split
     into heads by the shapes their Reshapes had; returns (batch, heads, seq, size).
@@ -72,7 +149,23 @@ def attention(
     ViT splitting one packed projection by Reshape, Transpose and Split).
 
     ``nan_to_zero`` replaces NaN probabilities (rows where the mask hides every key) by
-    ``nan_value``, as the graph's IsNaN/Where guard did."""
+    ``nan_value``, as the graph's IsNaN/Where guard did.
+
+    ``kv_repeat``: keys and values are given per KV head with the shapes of the repeat_kv
+    Expand and Reshape that made one copy of them per query head (grouped-query attention, see
+    _repeated_heads); ``key_allowzero`` / ``value_allowzero`` are those Reshapes' attribute."""
+    if kv_repeat:
+        if key_expand is None or key_reshape is None or value_expand is None or value_reshape is None:
+            raise ValueError("Attention: kv_repeat needs the key and value expand and reshape shapes (inputs 7-10)")
+        key, nk, key_copy = _repeated_heads(key, key_expand, key_reshape, key_allowzero, "key")
+        value, nv, value_copy = _repeated_heads(value, value_expand, value_reshape, value_allowzero, "value")
+        if nk > 1 and nk == nv and xp is np and query_heads and isinstance(query, np.ndarray):
+            found = _grouped_attention(_split(query, "query"), key, value, nk, bias, scale, nan_to_zero, nan_value)
+            if found is not None:
+                return found
+        # The grouped form does not apply: the copies the graph made.
+        key = key if key_copy is None else key_copy()
+        value = value if value_copy is None else value_copy()
     q = _split(query, "query") if query_heads else _heads(query, query_shape, "query").transpose(0, 2, 1, 3)
     k = _split(key, "key") if key_heads else _heads(key, key_shape, "key")
     k = k.transpose(0, 1, 3, 2) if key_heads else k.transpose(0, 2, 3, 1)
