@@ -171,6 +171,9 @@ GPT2_SIZE = {"vocab": 8192, "embd": 256, "heads": 4, "layers": 4, "positions": 5
 # GPT-2 small's width (its 12 heads of 64, 3072-wide MLP) in half its layers: a decoder step
 # there streams 2-9 MB weights, where the 256-wide one stays in cache.
 GPT2_WIDE_SIZE = {"vocab": 8192, "embd": 768, "heads": 12, "layers": 6, "positions": 512}
+# A Llama-style decoder (grouped-query attention: 8 query heads over 2 KV heads, SwiGLU MLP) at
+# 512 wide in 4 layers, its untied 8192-token head: a decoder step streams 60 MB of weights.
+LLAMA_SIZE = {"vocab": 8192, "hidden": 512, "heads": 8, "kv_heads": 2, "inter": 1376, "layers": 4, "theta": 10000}
 BERT_SIZE = {"vocab": 8192, "hidden": 256, "heads": 4, "layers": 4, "inter": 1024, "max_pos": 512, "types": 2}
 VIT_SIZE = {"image": 224, "patch": 16, "dim": 192, "heads": 3, "depth": 4, "mlp": 768, "classes": 1000}
 DECODER_PAST = 128  # tokens already in the cache of a decoder step
@@ -178,8 +181,9 @@ DECODER_PAST = 128  # tokens already in the cache of a decoder step
 
 def transformer_models(workdir: str, seed: int) -> list[ModelEntry]:
     """GPT-2 (one decoder step after DECODER_PAST tokens, with past key/values as optimum
-    exports it, at 256 and at 768 wide; and a prompt of --seq tokens), BERT at --seq tokens and a ViT-Tiny-like ViT,
-    as transformers' and timm's exporters write them. Outside issue 5's figures."""
+    exports it, at 256 and at 768 wide; and a prompt of --seq tokens), a Llama-style decoder
+    step (grouped-query attention), BERT at --seq tokens and a ViT-Tiny-like ViT, as
+    transformers' and timm's exporters write them. Outside issue 5's figures."""
     from tests.models import zoo
 
     step = {"sequence_length": 1, "past_sequence_length": DECODER_PAST}
@@ -187,6 +191,7 @@ def transformer_models(workdir: str, seed: int) -> list[ModelEntry]:
     models = [
         ("gpt2_decoder_step", zoo.gpt2(17, seed, past=True, cfg=GPT2_SIZE), step),
         ("gpt2_768_decoder_step", zoo.gpt2(17, seed, past=True, cfg=GPT2_WIDE_SIZE), step),
+        ("llama_decoder_step", zoo.llama(17, seed, cfg=LLAMA_SIZE), step),
         ("gpt2_prompt", zoo.gpt2(17, seed, cfg=GPT2_SIZE), None),
         ("bert", zoo.bert(17, seed, cfg=BERT_SIZE), None),
         ("vit", zoo.vit(18, seed, cfg=VIT_SIZE), None),

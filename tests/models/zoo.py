@@ -684,6 +684,127 @@ def gpt2(opset: int, seed: int = 0, past: bool = False, cfg: dict[str, int] | No
 
 
 # =========================================================================================
+# Llama (transformers' LlamaForCausalLM through optimum, TorchScript exporter): RMS norms,
+# rotary embeddings from position_ids, grouped-query attention with repeat_kv, SwiGLU MLP
+# =========================================================================================
+LLAMA = {"vocab": 1000, "hidden": 64, "heads": 4, "kv_heads": 2, "inter": 96, "layers": 2, "theta": 10000}
+INT64_MAX = 2**63 - 1
+
+
+def _rms_norm(b: Builder, x: str, dim: int, name: str, eps: float = 1e-6) -> str:
+    """LlamaRMSNorm: weight * (h * rsqrt(mean(h^2) + eps)) with h = x in float32 and back."""
+    with b.module(name):
+        weight = b.init(b.pname("weight"), b.rng.uniform(0.8, 1.2, dim).astype(np.float32))
+        h = b.op("Cast", [x], to=TensorProto.FLOAT)
+        var = b.reduce_mean(b.op("Pow", [h, b.constant(2.0)]), [-1])
+        inv = b.op("Reciprocal", [b.op("Sqrt", [b.op("Add", [var, b.constant(eps)])])])
+        h = b.op("Cast", [b.op("Mul", [h, inv])], to=TensorProto.FLOAT)
+        return b.op("Mul", [weight, h])
+
+
+def _rotate_half(b: Builder, x: str) -> str:
+    """cat(-x[..., h:], x[..., :h]) with h = x.shape[-1] // 2 traced from Shape."""
+    half = b.unsqueeze(b.op("Div", [b.dim(x, 3), b.constant(2, np.int64)]), [0])
+    axis, step = b.constant([3], np.int64), b.constant([1], np.int64)
+    low = b.op("Slice", [x, b.constant([0], np.int64), half, axis, step])
+    high = b.op("Slice", [x, half, b.constant([INT64_MAX], np.int64), axis, step])
+    return b.op("Concat", [b.op("Neg", [high]), low], axis=-1)
+
+
+def llama(opset: int = 17, seed: int = 0, cfg: dict[str, int] | None = None) -> onnx.ModelProto:
+    """A decoder with past as optimum exports LlamaForCausalLM (input_ids, attention_mask,
+    position_ids and past_key_values.* in; logits and present.* out): cos/sin computed from
+    position_ids and inv_freq, a float causal mask from ConstantOfShape + Trilu merged with the
+    padding mask, bias-free projections, keys and values appended to the past ones and
+    repeated for each group of query heads (Unsqueeze, Expand, Reshape), softmax in float32,
+    SiLU-gated MLP, an untied lm_head."""
+    cfg = cfg or LLAMA
+    d, heads, kvh = cfg["hidden"], cfg["heads"], cfg["kv_heads"]
+    hd, groups = d // heads, heads // kvh
+    b = Builder(seed, opset)
+    with b.module("model"):
+        x = b.op("Gather", [b.param("embed_tokens.weight", (cfg["vocab"], d), std=0.5), "input_ids"])
+        batch, seq = b.dim("input_ids", 0), b.dim("input_ids", 1)
+        past_len = b.dim("past_key_values.0.key", 2)
+        total = b.op("Add", [past_len, seq])
+        with b.module("rotary_emb"):
+            inv_freq = 1.0 / cfg["theta"] ** (np.arange(0, hd, 2, dtype=np.float32) / hd)
+            inv = b.op("Expand", [b.constant(inv_freq[None, :, None]), b.shape_vec([batch, hd // 2, 1])])
+            pos = b.op("Cast", [b.unsqueeze("position_ids", [1])], to=TensorProto.FLOAT)
+            freqs = b.op("Transpose", [b.op("MatMul", [inv, pos])], perm=[0, 2, 1])
+            emb = b.op("Concat", [freqs, freqs], axis=-1)
+            cos, sin = b.op("Cos", [emb]), b.op("Sin", [emb])
+        full = b.op(
+            "ConstantOfShape",
+            [b.shape_vec([seq, total])],
+            value=numpy_helper.from_array(np.array([FLOAT_MIN], dtype=np.float32)),
+        )
+        causal = b.op("Trilu", [full, b.op("Add", [past_len, b.constant(1, np.int64)])], upper=1)
+        causal = b.op("Expand", [b.unsqueeze(causal, [0, 1]), b.shape_vec([batch, 1, seq, total])])
+        pad = b.unsqueeze(b.unsqueeze("attention_mask", [1]), [2])
+        padded = b.op("Equal", [b.op("Cast", [pad], to=TensorProto.FLOAT), b.constant(0.0)])
+        mask = b.op("Where", [padded, b.constant(FLOAT_MIN), causal])
+        presents: list[str] = []
+        for li in range(cfg["layers"]):
+            with b.module("layers"), b.module(str(li)):
+                h = _rms_norm(b, x, d, "input_layernorm")
+                with b.module("self_attn"):
+                    q = b.linear(h, d, heads * hd, "q_proj", bias=False)
+                    k = b.linear(h, d, kvh * hd, "k_proj", bias=False)
+                    v = b.linear(h, d, kvh * hd, "v_proj", bias=False)
+                    q = b.op(
+                        "Transpose", [b.op("Reshape", [q, b.shape_vec([batch, seq, heads, hd])])], perm=[0, 2, 1, 3]
+                    )
+                    k = b.op("Transpose", [b.op("Reshape", [k, b.shape_vec([batch, seq, kvh, hd])])], perm=[0, 2, 1, 3])
+                    v = b.op("Transpose", [b.op("Reshape", [v, b.shape_vec([batch, seq, kvh, hd])])], perm=[0, 2, 1, 3])
+                    c, s_ = b.unsqueeze(cos, [1]), b.unsqueeze(sin, [1])
+                    q = b.op("Add", [b.op("Mul", [q, c]), b.op("Mul", [_rotate_half(b, q), s_])])
+                    k = b.op("Add", [b.op("Mul", [k, c]), b.op("Mul", [_rotate_half(b, k), s_])])
+                    k = b.op("Concat", [f"past_key_values.{li}.key", k], axis=-2, out=[f"present.{li}.key"])
+                    v = b.op("Concat", [f"past_key_values.{li}.value", v], axis=-2, out=[f"present.{li}.value"])
+                    presents += [k, v]
+                    rep = []
+                    for t in (k, v):  # repeat_kv
+                        lengths = [b.dim(t, 0), kvh, groups, b.dim(t, 2), hd]
+                        wide = b.op("Expand", [b.unsqueeze(t, [2]), b.shape_vec(lengths)])
+                        rep.append(b.op("Reshape", [wide, b.shape_vec([lengths[0], heads, lengths[3], hd])]))
+                    w = b.op("MatMul", [q, b.op("Transpose", [rep[0]], perm=[0, 1, 3, 2])])
+                    w = b.op("Add", [b.op("Div", [w, b.constant(math.sqrt(hd))]), mask])
+                    p = b.op("Cast", [b.op("Softmax", [w], axis=-1)], to=TensorProto.FLOAT)
+                    a = b.op("Transpose", [b.op("MatMul", [p, rep[1]])], perm=[0, 2, 1, 3])
+                    a = b.op("Reshape", [a, b.shape_vec([batch, seq, d])])
+                    a = b.linear(a, heads * hd, d, "o_proj", bias=False)
+                x = b.op("Add", [x, a])
+                h = _rms_norm(b, x, d, "post_attention_layernorm")
+                with b.module("mlp"):
+                    gate = b.silu(b.linear(h, d, cfg["inter"], "gate_proj", bias=False))
+                    up = b.linear(h, d, cfg["inter"], "up_proj", bias=False)
+                    h = b.linear(b.op("Mul", [gate, up]), cfg["inter"], d, "down_proj", bias=False)
+                x = b.op("Add", [x, h])
+        x = _rms_norm(b, x, d, "norm")
+    with b.module("lm_head"):
+        b._n_matmul += 1
+        w = b.init(f"onnx::MatMul_{b._n_matmul}", b._randn((d, cfg["vocab"]), 1.0 / math.sqrt(d)))
+        b.op("MatMul", [x, w], out=["logits"])
+    text = ["batch_size", "sequence_length"]
+    full_len = "past_sequence_length + sequence_length"
+    inputs = [
+        _vi("input_ids", TensorProto.INT64, text),
+        _vi("attention_mask", TensorProto.INT64, ["batch_size", full_len]),
+        _vi("position_ids", TensorProto.INT64, text),
+    ]
+    pkv = ["batch_size", kvh, "past_sequence_length", hd]
+    inputs += [
+        _vi(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, pkv)
+        for i in range(cfg["layers"])
+        for kind in ("key", "value")
+    ]
+    outputs = [_vi("logits", TensorProto.FLOAT, [*text, cfg["vocab"]])]
+    outputs += [_vi(p, TensorProto.FLOAT, ["batch_size", kvh, full_len, hd]) for p in presents]
+    return b.model(f"llama_opset{opset}_with_past", inputs, outputs)
+
+
+# =========================================================================================
 # timm ViT: patch Conv, class token via Expand, fused qkv, pre-norm blocks, token head
 # =========================================================================================
 VIT = {"image": 32, "patch": 8, "dim": 32, "heads": 4, "depth": 2, "mlp": 64, "classes": 10}
@@ -1049,6 +1170,32 @@ def _gpt2_past_feeds(batch: int, seq: int, rng: np.random.Generator) -> dict[str
     return feeds
 
 
+def llama_past_feeds(
+    batch: int, seq: int, rng: np.random.Generator, cfg: dict[str, int] | None = None, new: int | None = None
+) -> dict[str, np.ndarray]:
+    """``seq`` tokens in all: one new token after seq - 1 cached ones (seq < 10), else 4 new
+    (or ``new``); the last row left-padded as in batched generation, its positions counted
+    from its first real token as transformers does."""
+    cfg = cfg or LLAMA
+    new = new if new is not None else (1 if seq < 10 else 4)
+    past = seq - new
+    mask = np.ones((batch, seq), dtype=np.int64)
+    if batch > 1:
+        mask[-1, : max(1, past // 3)] = 0
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)[:, past:]
+    hd = cfg["hidden"] // cfg["heads"]
+    feeds = {
+        "input_ids": rng.integers(0, cfg["vocab"], (batch, new), dtype=np.int64),
+        "attention_mask": mask,
+        "position_ids": positions.astype(np.int64),
+    }
+    for i in range(cfg["layers"]):
+        for kind in ("key", "value"):
+            shape = (batch, cfg["kv_heads"], past, hd)
+            feeds[f"past_key_values.{i}.{kind}"] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
 def _mlp_feeds(batch: int, seq: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"l_x_": rng.standard_normal((batch, seq, 16)).astype(np.float32)}
 
@@ -1066,6 +1213,7 @@ ZOO: dict[str, ZooModel] = {
     "gpt2_opset17": ZooModel(lambda: gpt2(17), _gpt2_feeds, text=True),
     "gpt2_with_past_opset14": ZooModel(lambda: gpt2(14, past=True), _gpt2_past_feeds, text=True),
     "gpt2_with_past_opset17": ZooModel(lambda: gpt2(17, past=True), _gpt2_past_feeds, text=True),
+    "llama_with_past_opset17": ZooModel(lambda: llama(17), llama_past_feeds, text=True),
     "resnet18_dynamo_opset18": ZooModel(lambda: resnet(False, 18, dynamo=True), _image_feeds("input", 64)),
     "vit_opset17": ZooModel(lambda: vit(17), _image_feeds("pixel_values", VIT["image"])),
     "vit_dynamo_opset18": ZooModel(lambda: vit(18, dynamo=True), _image_feeds("pixel_values", VIT["image"])),

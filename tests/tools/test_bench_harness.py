@@ -232,8 +232,9 @@ def test_half_variants_are_float16_models_both_runtimes_agree_on(tmp_path: Path)
 def test_transformer_models_are_a_decoder_step_and_prompts_both_runtimes_agree_on(
     bench: ModuleType, tmp_path: Path
 ) -> None:
-    """--transformers: GPT-2 one token after 128 cached ones at two widths (the step's dims come
-    with the entry), GPT-2, BERT and ViT at --seq tokens; onnxpy and onnxruntime give the same outputs."""
+    """--transformers: GPT-2 one token after 128 cached ones at two widths and a Llama-style step
+    (the step's dims come with the entry), GPT-2, BERT and ViT at --seq tokens; onnxpy and
+    onnxruntime give the same outputs."""
     import onnxpy
     from onnxpy.tools.feeds import make_feeds
 
@@ -241,6 +242,7 @@ def test_transformer_models_are_a_decoder_step_and_prompts_both_runtimes_agree_o
     assert [(e.name, e.kind) for e in entries] == [
         ("gpt2_decoder_step", "transformer"),
         ("gpt2_768_decoder_step", "transformer"),
+        ("llama_decoder_step", "transformer"),
         ("gpt2_prompt", "transformer"),
         ("bert", "transformer"),
         ("vit", "transformer"),
