@@ -571,6 +571,38 @@ def fused_matmul(
     return apply_activation(xp, y, activation, activation_params or [])
 
 
+@op("GatedMatMul", 1, domain=DOMAIN)
+def gated_matmul(
+    xp: Any,
+    A: Any,  # noqa: N803 - ONNX names
+    B: Any,  # noqa: N803
+    bias: Any = None,
+    *,
+    activation: str = "",
+    activation_params: list[float] | None = None,
+) -> Any:
+    """activation(A @ B1 + b1) * (A @ B2 + b2), B = [B1 | B2] and bias = [b1 | b2] packed side by
+    side with equal halves (a gated MLP: Llama's silu(gate) * up,
+    optimizer/passes/pack_gated_mlp.py): one product for both, the gate's activation and the
+    product into a fresh array. (In place on the gate's columns, numpy would copy the up half
+    first: two views of one buffer may overlap for all its quick check knows, 64x1376 41 us
+    against 10.)"""
+    width = B.shape[-1]
+    if width % 2:
+        raise ValueError(f"GatedMatMul: B has {width} columns, expected two equal halves")
+    y = stacked_matmul(xp, A, B)
+    if bias is not None:
+        y += bias
+    gate, up = y[..., : width // 2], y[..., width // 2 :]
+    params = activation_params or []
+    if activation == "Swish":
+        out = swish(xp, gate, params[0] if params else 1.0, out=xp.empty(gate.shape, dtype=gate.dtype))
+    else:
+        out = apply_activation(xp, gate.copy(), activation, params)
+    out *= up
+    return out
+
+
 @op("PackedMatMul", 1, domain=DOMAIN)
 def packed_matmul(xp: Any, A: Any, B: Any, bias: Any = None, *, splits: list[int]) -> tuple[Any, ...]:  # noqa: N803
     """A @ B (+ bias) once, returned as column slices of ``splits`` widths: the products of A
