@@ -93,3 +93,18 @@ def test_other_reductions_stay_apart() -> None:
         fuse_patterns.run(graph)
         assert "RMSNormalization" not in {n.op_type for n in graph.nodes}
         assert_optimized_matches(model, {"x": RNG.standard_normal((2, 5, W)).astype(np.float32)}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 24), (24,), (1, 5, 24), (3, 24)])
+def test_fused_kernel_one_row_and_many_match_the_formula(shape: tuple[int, ...]) -> None:
+    # one row (a decoder step's token) takes a scalar path; several rows one pass per statistic
+    from onnxpy.ops.fused import fused_rms_norm
+
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    scale = rng.uniform(0.5, 1.5, 24).astype(np.float32)
+    got = fused_rms_norm(np, x, scale, epsilon=1e-6)
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + 1e-6) * scale
+    assert got.shape == x.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
