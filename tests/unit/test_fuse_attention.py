@@ -194,17 +194,36 @@ def test_context_comes_back_in_sequence_memory_order(batched: bool, monkeypatch:
     assert context.flags.c_contiguous is batched
 
 
-def _decoder_model(key_perm: tuple[int, ...] = (0, 1, 3, 2)) -> onnx.ModelProto:
+def _decoder_model(key_perm: tuple[int, ...] = (0, 1, 3, 2), sdpa: bool = False) -> onnx.ModelProto:
     """GPT-2's attention with past: the new keys and values split per head and concatenated
     behind the past ones (returned as present_key / present_value), keys transposed for the
-    product, scores divided by sqrt(size), a mask added."""
+    product, scores divided by sqrt(size), a mask added. ``sdpa``: scaled as torch exports
+    scaled_dot_product_attention instead, Q and K^T each times sqrt(1 / sqrt(size)) computed
+    from Q's shape at run time."""
     nodes = _split("q", [0, 2, 1, 3]) + _split("k", [0, 2, 1, 3]) + _split("v", [0, 2, 1, 3])
     nodes += [
         helper.make_node("Concat", ["past_key", "k_h"], ["present_key"], axis=-2),
         helper.make_node("Concat", ["past_value", "v_h"], ["present_value"], axis=-2),
         helper.make_node("Transpose", ["present_key"], ["keys_t"], perm=list(key_perm)),
-        helper.make_node("MatMul", ["q_h", "keys_t"], ["scores"]),
-        helper.make_node("Div", ["scores", "root_size"], ["scores_d"]),
+    ]
+    if sdpa:
+        nodes += [
+            helper.make_node("Shape", ["q_h"], ["q_shape_all"]),
+            helper.make_node("Slice", ["q_shape_all", "last", "to_end"], ["q_size"]),
+            helper.make_node("Cast", ["q_size"], ["q_size_f"], to=F),
+            helper.make_node("Sqrt", ["q_size_f"], ["q_root"]),
+            helper.make_node("Div", ["one", "q_root"], ["sdpa_scale"]),
+            helper.make_node("Sqrt", ["sdpa_scale"], ["half_scale"]),
+            helper.make_node("Mul", ["q_h", "half_scale"], ["q_s"]),
+            helper.make_node("Mul", ["keys_t", "half_scale"], ["keys_s"]),
+            helper.make_node("MatMul", ["q_s", "keys_s"], ["scores_d"]),
+        ]
+    else:
+        nodes += [
+            helper.make_node("MatMul", ["q_h", "keys_t"], ["scores"]),
+            helper.make_node("Div", ["scores", "root_size"], ["scores_d"]),
+        ]
+    nodes += [
         helper.make_node("Add", ["scores_d", "mask"], ["scores_m"]),
         helper.make_node("Softmax", ["scores_m"], ["probs"], axis=-1),
         helper.make_node("MatMul", ["probs", "present_value"], ["context"]),
@@ -215,6 +234,9 @@ def _decoder_model(key_perm: tuple[int, ...] = (0, 1, 3, 2)) -> onnx.ModelProto:
         "heads_shape": np.array([0, 0, HEADS, SIZE], np.int64),
         "merged_shape": np.array([0, 0, HEADS * SIZE], np.int64),
         "root_size": np.array(np.sqrt(SIZE), np.float32),
+        "last": np.array([-1], np.int64),
+        "to_end": np.array([2**63 - 1], np.int64),
+        "one": np.array(1.0, np.float32),
     }
     inputs = [vinfo(n, F, ["b", "s", HEADS * SIZE]) for n in ("q", "k", "v")]
     inputs += [vinfo(n, F, ["b", HEADS, "p", SIZE]) for n in ("past_key", "past_value")]
@@ -245,6 +267,20 @@ def test_decoder_attention_reads_present_keys_and_values_per_head() -> None:
     assert not {"Softmax", "MatMul", "Div", "Add"} & {n.op_type for n in graph.nodes}
     assert sum(n.op_type == "Concat" for n in graph.nodes) == 2  # the present outputs stay
     for batch, seq, past in ((1, 1, 0), (1, 1, 6), (2, 3, 4)):
+        _check_numbers(model, _decoder_feeds(batch, seq, past))
+
+
+def test_decoder_attention_scaled_as_torch_exports_sdpa_fuses() -> None:
+    # the scale from Q's shape folds to a constant (its last dimension is known); Q and K^T
+    # each carry its square root
+    model = _decoder_model(sdpa=True)
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    (attention,) = [n for n in graph.nodes if n.op_type == "Attention"]
+    assert attention.attrs["key_heads"] == 1 and attention.inputs[1] == "present_key"
+    assert attention.attrs["scale"] == pytest.approx(1 / np.sqrt(SIZE), rel=1e-6)
+    assert not {"Softmax", "MatMul", "Mul", "Sqrt", "Shape"} & {n.op_type for n in graph.nodes}
+    for batch, seq, past in ((1, 1, 6), (2, 3, 4)):
         _check_numbers(model, _decoder_feeds(batch, seq, past))
 
 

@@ -114,6 +114,47 @@ def test_constant_folding_keeps_random_ops_and_dynamic_shapes() -> None:
     assert "RandomNormal" in _ops(graph) and "Shape" in _ops(graph)
 
 
+@pytest.mark.parametrize(
+    ("picker", "folds"),
+    [
+        ("slice-last", True),  # x.shape[-1:] of a (n, s, 3) value: [3]
+        ("gather-last", True),
+        ("slice-all", False),  # takes the unknown dimensions too
+        ("gather-first", False),
+    ],
+)
+def test_a_shape_s_known_dimensions_fold_when_only_they_are_picked(picker: str, folds: bool) -> None:
+    # torch's scaled_dot_product_attention export: scale = 1 / sqrt(q.shape[-1]) from Shape
+    i64 = TensorProto.INT64
+    inits: dict[str, np.ndarray] = {"big": np.array([2**62], np.int64), "one": np.array(1.0, np.float32)}
+    if picker.startswith("slice"):
+        inits["start"] = np.array([-1 if picker == "slice-last" else 0], np.int64)
+        pick = helper.make_node("Slice", ["shape", "start", "big"], ["dims"])
+    else:
+        inits["index"] = np.array([-1 if picker == "gather-last" else 0], np.int64)
+        pick = helper.make_node("Gather", ["shape", "index"], ["dims"], axis=0)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        pick,
+        helper.make_node("Cast", ["dims"], ["d"], to=TensorProto.FLOAT),
+        helper.make_node("Sqrt", ["d"], ["root"]),
+        helper.make_node("Div", ["one", "root"], ["scale"]),
+        helper.make_node("Mul", ["x", "scale"], ["y"]),
+    ]
+    m = make_model(
+        nodes,
+        [vinfo("x", TensorProto.FLOAT, ["n", "s", 3])],
+        [vinfo("y", TensorProto.FLOAT, None), vinfo("dims", i64, None)],
+        initializers=inits,
+    )
+    graph = build_graph(m)
+    optimize(graph, 1)  # basic: constant folding to a fixpoint
+    ops = _ops(graph)
+    assert ("Shape" not in ops and set(ops) == {"Mul"}) == folds, ops
+    x = RNG.standard_normal((2, 3, 3)).astype(np.float32)
+    _same_numbers(m, {"x": x})
+
+
 def test_overridable_initializers_are_not_folded() -> None:
     m = make_model(
         [helper.make_node("Neg", ["w"], ["y"])],

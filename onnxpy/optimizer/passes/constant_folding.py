@@ -2,7 +2,10 @@
 
 This is what turns the light models' ConstantOfShape weight subgraphs into plain initializers,
 and folds shape arithmetic (Shape -> Gather -> Unsqueeze -> Concat chains) when the shapes are
-statically known. Shape and Size of a value whose shape is fully known fold too.
+statically known. Shape and Size of a value whose shape is fully known fold too, and so do a
+Gather or Slice of a Shape that picks only known dimensions of a partly known shape: torch's
+export of scaled_dot_product_attention computes its scale from q.shape[-1] of a (batch, heads,
+seq, 32) query, which then folds to a constant the attention fusion can read.
 """
 
 from __future__ import annotations
@@ -52,17 +55,40 @@ def _fold_shape_of(graph: Graph, node: Node) -> list[np.ndarray] | None:
     return None
 
 
-def _evaluate(graph: Graph, node: Node) -> list[Any] | None:
+def _partial_shape(graph: Graph, node: Node) -> np.ndarray | None:
+    """What Shape ``node`` gives for a value of known rank, its unknown dimensions as -1."""
+    shape = graph.shape(node.inputs[0]) if node.inputs and node.inputs[0] else None
+    if shape is None:
+        return None
+    dims = [int(d) if isinstance(d, int) else -1 for d in shape]
+    r = len(dims)
+    start, end = int(node.attrs.get("start", 0)), node.attrs.get("end")
+    s = min(max(start + r if start < 0 else start, 0), r)
+    e = r if end is None else min(max(int(end) + r if int(end) < 0 else int(end), 0), r)
+    return np.array(dims[s:e], dtype=np.int64)
+
+
+def _evaluate(graph: Graph, node: Node, shapes: dict[str, Node] | None = None) -> list[Any] | None:
     if node.op_type in NONDETERMINISTIC or any(True for _ in node.subgraphs()):
         return None
     if node.op_type in ("Shape", "Size"):
         return _fold_shape_of(graph, node)
     args = []
-    for name in node.inputs:
+    partial = False
+    for pos, name in enumerate(node.inputs):
         if not name:
             args.append(None)
             continue
         v = constant(graph, name)
+        if (
+            v is None
+            and pos == 0
+            and shapes
+            and name in shapes
+            and node.op_type in ("Gather", "Slice")
+            and not node.domain
+        ):
+            v, partial = _partial_shape(graph, shapes[name]), True
         if v is None:
             return None
         args.append(v)
@@ -80,6 +106,8 @@ def _evaluate(graph: Graph, node: Node) -> list[Any] | None:
     results = list(result) if isinstance(result, tuple) else [result]
     if len(results) < len([o for o in node.outputs if o]):
         return None
+    if partial and not all(isinstance(r, np.ndarray) and bool((r >= 0).all()) for r in results):
+        return None  # it picked an unknown dimension
     out = []
     for r in results[: len(node.outputs)]:
         if not isinstance(r, (np.ndarray, np.generic)):
@@ -96,8 +124,9 @@ def _evaluate(graph: Graph, node: Node) -> list[Any] | None:
 def run(graph: Graph) -> bool:
     changed = False
     folded: list[Node] = []
+    shapes = {n.outputs[0]: n for n in graph.nodes if n.op_type == "Shape" and not n.domain and n.outputs}
     for node in graph.nodes:
-        values = _evaluate(graph, node)
+        values = _evaluate(graph, node, shapes)
         if values is None:
             continue
         for name, v in zip(node.outputs, values):

@@ -206,10 +206,20 @@ def _rank(graph: Graph, name: str) -> int | None:
 def _given_per_head(
     graph: Graph, uses: Uses, name: str, reader: Node, nodes: list[Node]
 ) -> tuple[str, str, float] | None:
-    """(keys, "", 1.0) when ``name``, read by ``reader`` alone, is Transpose<0,1,3,2> of 4-D
+    """(keys, "", scale) when ``name``, read by ``reader`` alone, is Transpose<0,1,3,2> of 4-D
     keys already split per head (a decoder's past and new keys concatenated, which the graph
-    also returns): the fused node reads them as they are. The Transpose goes to ``nodes``."""
+    also returns), [times or divided by a scalar] (torch's scaled_dot_product_attention scales
+    K^T by sqrt(scale)): the fused node reads them as they are. The Transpose and a scaling
+    node go to ``nodes``."""
     node = uses.producer.get(name)
+    scale, scaling = 1.0, None
+    if (_plain(node, "Mul") or _plain(node, "Div")) and _sole(uses, name, reader):
+        assert node is not None
+        inner = next((i for i in node.inputs if _plain(uses.producer.get(i), "Transpose")), None)
+        factor = None if inner is None else _scalar_factor(graph, node, inner)
+        if factor is None:
+            return None
+        scale, scaling, reader, name, node = factor, node, node, inner, uses.producer.get(inner)
     if not _plain(node, "Transpose") or not _sole(uses, name, reader):
         return None
     assert node is not None
@@ -218,7 +228,9 @@ def _given_per_head(
     if graph.elem_type(node.inputs[0]) not in (1, 11, None):
         return None
     nodes.append(node)
-    return node.inputs[0], "", 1.0
+    if scaling is not None:
+        nodes.append(scaling)
+    return node.inputs[0], "", scale
 
 
 def _query_per_head(
