@@ -311,3 +311,42 @@ def test_torchscript_export_of_a_llama_block_with_past() -> None:
     got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {n: a.numpy() for n, a in zip(names, args)})
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "float"])
+def test_torchscript_export_of_scaled_dot_product_attention_fuses(mask: str) -> None:
+    """timm's fused attention (F.scaled_dot_product_attention on one packed projection split by
+    Reshape, Permute and unbind): torch writes the scale as sqrt(1 / sqrt(q.shape[-1])) on Q and
+    on K^T, computed from Shape; it folds (the head size is static) and the attention fuses,
+    with no mask, a causal one, a boolean one and an additive one, matching torch."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    d, heads = 32, 4
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+        def forward(self, x, attn_mask=None):
+            b, n, c = x.shape
+            q, k, v = self.qkv(x).reshape(b, n, 3, heads, d // heads).permute(2, 0, 3, 1, 4).unbind(0)
+            f = torch.nn.functional.scaled_dot_product_attention
+            o = f(q, k, v, is_causal=True) if mask == "causal" else f(q, k, v, attn_mask=attn_mask)
+            return self.proj(o.transpose(1, 2).reshape(b, n, c))
+
+    torch.manual_seed(5)
+    module = Attention().eval()
+    x = torch.randn(2, 7, d)
+    args, names, axes = (x,), ["x"], {"x": {0: "b", 1: "n"}}
+    if mask in ("bool", "float"):
+        m = torch.rand(2, 1, 7, 7) > 0.3 if mask == "bool" else torch.randn(2, 1, 7, 7)
+        args, names, axes = (x, m), ["x", "mask"], {**axes, "mask": {0: "b", 2: "n", 3: "n"}}
+    model = _torchscript(torch, module, args, input_names=names, output_names=["y"], dynamic_axes=axes)
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    ops = collections.Counter(n.op_type for n in graph.nodes)
+    assert ops["Attention"] == 1 and not {"Softmax", "MatMul", "Sqrt"} & set(ops), dict(ops)
+    with torch.no_grad():
+        want = module(*args).numpy()
+    got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {n: a.numpy() for n, a in zip(names, args)})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
