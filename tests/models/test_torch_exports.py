@@ -224,10 +224,13 @@ def test_torchscript_export_of_llama_rotary_embedding_fuses() -> None:
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 
-def test_torchscript_export_of_a_llama_block_with_past() -> None:
+@pytest.mark.parametrize("sdpa", [False, True], ids=["eager", "sdpa"])
+def test_torchscript_export_of_a_llama_block_with_past(sdpa: bool) -> None:
     """A Llama decoder layer as transformers writes it (RMS norms, bias-free projections, rotary
     embedding, grouped-query attention with repeat_kv over past keys and values, SwiGLU MLP),
-    one token after 6 cached: 230 exported nodes run as about 30, matching torch."""
+    one token after 6 cached: 230 exported nodes run as about 30, matching torch. ``sdpa``:
+    transformers' default attention, F.scaled_dot_product_attention, whose scale torch computes
+    from the rotary output's shape (folded here: its head size is static)."""
     torch = pytest.importorskip("torch", reason=TORCH_REASON)
     d, heads, kv_heads, hd, inter = 64, 4, 2, 16, 96
 
@@ -270,9 +273,13 @@ def test_torchscript_export_of_a_llama_block_with_past() -> None:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
             q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
             k, v = torch.cat((past_key, k), dim=-2), torch.cat((past_value, v), dim=-2)
-            w = torch.matmul(q, repeat_kv(k, heads // kv_heads).transpose(2, 3)) / math.sqrt(hd) + mask
-            w = torch.nn.functional.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
-            o = torch.matmul(w, repeat_kv(v, heads // kv_heads)).transpose(1, 2).contiguous().reshape(b, s, -1)
+            k_rep, v_rep = repeat_kv(k, heads // kv_heads), repeat_kv(v, heads // kv_heads)
+            if sdpa:
+                o = torch.nn.functional.scaled_dot_product_attention(q, k_rep, v_rep, attn_mask=mask)
+            else:
+                w = torch.matmul(q, k_rep.transpose(2, 3)) / math.sqrt(hd) + mask
+                o = torch.matmul(torch.nn.functional.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype), v_rep)
+            o = o.transpose(1, 2).contiguous().reshape(b, s, -1)
             x = x + self.o(o)
             h = self.norm2(x)
             return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h)), k, v
@@ -305,6 +312,7 @@ def test_torchscript_export_of_a_llama_block_with_past() -> None:
     ops = collections.Counter(n.op_type for n in graph.nodes)
     assert ops["Attention"] == 1 and ops["RMSNormalization"] == 2 and ops["RotaryHalf"] == 2
     assert not {"Softmax", "Sqrt", "Neg", "Sigmoid", "Add", "Expand"} & set(ops)  # residuals in the products
+    assert ops["GatedMatMul"] == 1 and next(n for n in graph.nodes if n.op_type == "Attention").attrs["kv_repeat"]
     assert len(graph.nodes) < len(model.graph.node) // 6
     with torch.no_grad():
         want = [t.numpy() for t in layer(*args)]
