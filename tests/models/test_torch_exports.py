@@ -358,3 +358,130 @@ def test_torchscript_export_of_scaled_dot_product_attention_fuses(mask: str) -> 
         want = module(*args).numpy()
     got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {n: a.numpy() for n, a in zip(names, args)})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _gpt2_sdpa_block(torch, d: int, heads: int):
+    f = torch.nn.functional
+
+    class Block(torch.nn.Module):
+        """transformers' GPT2SdpaAttention and MLP: c_attn split, heads by view + permute,
+        scaled_dot_product_attention(is_causal=True), tanh GELU."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.c_attn, self.c_proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.fc, self.proj = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, n, _ = x.shape
+            q, k, v = self.c_attn(self.ln1(x)).split(d, dim=2)
+
+            def split(t):
+                return t.view(b, n, heads, d // heads).permute(0, 2, 1, 3)
+
+            o = f.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
+            x = x + self.c_proj(o.transpose(1, 2).contiguous().view(b, n, d))
+            return x + self.proj(f.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    return Block()
+
+
+def _t5_layer(torch, d: int, heads: int):
+    f = torch.nn.functional
+
+    class Layer(torch.nn.Module):
+        """T5 v1.1's encoder layer: T5LayerNorm, attention without a scale plus a position
+        bias, softmax in float32, gated-GELU feed-forward (wi_0, wi_1, wo)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.w1, self.w2 = torch.nn.Parameter(torch.rand(d) + 0.5), torch.nn.Parameter(torch.rand(d) + 0.5)
+            self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d, False) for _ in range(4))
+            self.wi0, self.wi1, self.wo = (
+                torch.nn.Linear(d, 2 * d, False),
+                torch.nn.Linear(d, 2 * d, False),
+                torch.nn.Linear(2 * d, d, False),
+            )
+
+        def norm(self, x, w):
+            return w * (x * torch.rsqrt(x.to(torch.float32).pow(2).mean(-1, keepdim=True) + 1e-6))
+
+        def forward(self, x, position_bias):
+            b = x.shape[0]
+
+            def split(t):
+                return t.view(b, -1, heads, d // heads).transpose(1, 2)
+
+            h = self.norm(x, self.w1)
+            q, k, v = split(self.q(h)), split(self.k(h)), split(self.v(h))
+            scores = torch.matmul(q, k.transpose(3, 2)) + position_bias
+            w = f.softmax(scores.float(), dim=-1).type_as(scores)
+            x = x + self.o(torch.matmul(w, v).transpose(1, 2).contiguous().view(b, -1, d))
+            h = self.norm(x, self.w2)
+            return x + self.wo(f.gelu(self.wi0(h), approximate="tanh") * self.wi1(h))
+
+    return Layer()
+
+
+def _whisper_encoder_layer(torch, d: int, heads: int):
+    f = torch.nn.functional
+
+    class Layer(torch.nn.Module):
+        """Whisper's encoder layer: pre-LayerNorm, q/v with bias and k without, SDPA with an
+        explicit scale, erf GELU."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.q, self.k, self.v, self.o = (
+                torch.nn.Linear(d, d), torch.nn.Linear(d, d, False), torch.nn.Linear(d, d), torch.nn.Linear(d, d),
+            )  # fmt: skip
+            self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, n, _ = x.shape
+
+            def split(t):
+                return t.view(b, n, heads, d // heads).transpose(1, 2)
+
+            h = self.ln1(x)
+            o = f.scaled_dot_product_attention(
+                split(self.q(h)), split(self.k(h)), split(self.v(h)), scale=(d // heads) ** -0.5
+            )
+            x = x + self.o(o.transpose(1, 2).reshape(b, n, d))
+            return x + self.fc2(f.gelu(self.fc1(self.ln2(x))))
+
+    return Layer()
+
+
+@pytest.mark.parametrize("arch", ["gpt2_sdpa", "t5", "whisper_encoder"])
+def test_torchscript_exports_of_other_transformer_layers_fuse(arch: str) -> None:
+    """GPT-2's SDPA attention (its causal mask sized from the keys through a permute the
+    product reads merged with the transpose), T5 v1.1's layer (position bias, gated GELU) and
+    Whisper's encoder layer: one Attention each (and T5's feed-forward one GatedMatMul),
+    matching torch."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    d, heads = 64, 4
+    torch.manual_seed(6)
+    x = torch.randn(2, 9, d)
+    args, names, axes = (x,), ["x"], {"x": {0: "b", 1: "n"}}
+    if arch == "gpt2_sdpa":
+        module = _gpt2_sdpa_block(torch, d, heads)
+    elif arch == "t5":
+        module = _t5_layer(torch, d, heads)
+        args, names = (x, torch.randn(1, heads, 9, 9)), ["x", "position_bias"]
+        axes["position_bias"] = {2: "n", 3: "n"}
+    else:
+        module = _whisper_encoder_layer(torch, d, heads)
+    module.eval()
+    model = _torchscript(torch, module, args, input_names=names, output_names=["y"], dynamic_axes=axes)
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    ops = collections.Counter(n.op_type for n in graph.nodes)
+    assert ops["Attention"] == 1 and not {"Softmax", "MatMul", "Mul"} & set(ops), dict(ops)
+    assert ops["GatedMatMul"] == (1 if arch == "t5" else 0)
+    with torch.no_grad():
+        want = module(*args).numpy()
+    got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {n: a.numpy() for n, a in zip(names, args)})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
