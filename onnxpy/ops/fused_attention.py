@@ -56,22 +56,46 @@ def _repeated_heads(x: Any, expand: Any, reshape: Any, allowzero: int, what: str
     if x.ndim < 2:
         raise ValueError(f"Attention: {what} of shape {list(x.shape)} cannot take a new axis 2 (repeat_kv)")
     lifted = x.reshape(*x.shape[:2], 1, *x.shape[2:])
-    try:
-        wide = np.broadcast_shapes(lifted.shape, tuple(host_ints(expand)))
-    except ValueError:
-        raise ValueError(f"Attention: cannot expand {what} {list(lifted.shape)} to {host_ints(expand)}") from None
-    target = tuple(_reshape_target(wide, host_ints(reshape), allowzero))
-    if x.ndim == 4 and len(wide) == 5:
-        b, kvh, t, d = x.shape
-        if (
-            wide[1] == kvh
-            and wide[3:] == (t, d)
-            and b in (1, wide[0])
-            and target == (wide[0], kvh * wide[2], t, d)
-            and x.dtype in (np.float32, np.float64)
-        ):
-            return x, wide[2], lambda: np.broadcast_to(lifted, wide).reshape(target)
+    n, wide, target = _repeat_plan(lifted.shape, _ints(expand), _ints(reshape), allowzero, what)
+    if n > 1 and x.dtype in (np.float32, np.float64):
+        return x, n, lambda: np.broadcast_to(lifted, wide).reshape(target)
     return np.broadcast_to(lifted, wide).reshape(target), 1, None
+
+
+def _ints(v: Any) -> tuple[int, ...]:
+    return tuple(v.tolist()) if isinstance(v, np.ndarray) and v.ndim == 1 else tuple(host_ints(v))
+
+
+# (lifted shape, expand, reshape, allowzero) -> (n, expanded shape, reshaped shape): a decoder
+# step asks the same each call with a cache one longer; Expand's and Reshape's rules worked out
+# each time cost ~25 us of a 70 us attention.
+_PLANS: dict[tuple[Any, ...], tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
+
+
+def _repeat_plan(
+    lifted: tuple[int, ...], expand: tuple[int, ...], reshape: tuple[int, ...], allowzero: int, what: str
+) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """(n, Expand's shape, Reshape's shape) for the KV heads ``lifted`` (their new axis 2
+    inserted); n > 1 only where that is each head repeated n times, else 1."""
+    key = (lifted, expand, reshape, allowzero)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    try:
+        wide = np.broadcast_shapes(lifted, expand)
+    except ValueError:
+        raise ValueError(f"Attention: cannot expand {what} {list(lifted)} to {list(expand)}") from None
+    target = tuple(_reshape_target(wide, list(reshape), allowzero))
+    n = 1
+    if len(lifted) == 5 and len(wide) == 5:
+        b, kvh, _, t, d = lifted
+        if wide[1] == kvh and wide[3:] == (t, d) and b in (1, wide[0]) and target == (wide[0], kvh * wide[2], t, d):
+            n = wide[2]
+    plan = (n, wide, target)
+    if len(_PLANS) >= 512:
+        _PLANS.clear()  # a bounded memo: shapes of one model repeat, of many models do not
+    _PLANS[key] = plan
+    return plan
 
 
 def _grouped_attention(
