@@ -141,6 +141,21 @@ def test_reshape_bad_size_names_shapes() -> None:
     assert "[2, 3, 4]" in msg and "[5, -1]" in msg
 
 
+def test_reshape_targets_remembered_per_input_shape() -> None:
+    # the kernel remembers each (input shape, requested shape, allowzero): the same request on
+    # another input shape, and allowzero on and off, must each get their own target
+    from onnxpy.ops.tensor import reshape
+
+    request = np.array([0, -1], dtype=np.int64)
+    for _ in range(2):
+        assert reshape(np, X234, request).shape == (2, 12)
+        assert reshape(np, X234.reshape(4, 6), request).shape == (4, 6)
+        assert reshape(np, np.zeros((0, 5), np.float32), np.array([0, 5], np.int64), allowzero=1).shape == (0, 5)
+        assert reshape(np, np.zeros((2, 5), np.float32), np.array([0, 5], np.int64)).shape == (2, 5)
+        with pytest.raises(ValueError, match="cannot reshape"):  # every call, not only the first
+            reshape(np, X234, np.array([5, -1], dtype=np.int64))
+
+
 @pytest.mark.parametrize("axis", [0, 1, 2, 3, -1, -3])
 def test_flatten(axis: int) -> None:
     vs_ort("Flatten", {"x": X234}, {"y": F}, axis=axis)
