@@ -46,7 +46,7 @@ def _split(x: Any, what: str) -> Any:
     return x
 
 
-def _repeated_heads(x: Any, expand: Any, reshape: Any, allowzero: int, what: str) -> tuple[Any, int, Any]:
+def _repeated_heads(x: Any, expand: Any, reshape: Any, allowzero: int, what: str, xp: Any = np) -> tuple[Any, int, Any]:
     """What transformers' repeat_kv makes of the KV heads ``x`` (batch, kv_heads, seq, size):
     Reshape(Expand(Unsqueeze(x, axis 2), expand), reshape), the nodes optimizer/passes/
     fold_repeat_kv.py folded into the Attention. Returns (x, n, copy) where that is each KV
@@ -58,8 +58,8 @@ def _repeated_heads(x: Any, expand: Any, reshape: Any, allowzero: int, what: str
     lifted = x.reshape(*x.shape[:2], 1, *x.shape[2:])
     n, wide, target = _repeat_plan(lifted.shape, _ints(expand), _ints(reshape), allowzero, what)
     if n > 1 and x.dtype in (np.float32, np.float64):
-        return x, n, lambda: np.broadcast_to(lifted, wide).reshape(target)
-    return np.broadcast_to(lifted, wide).reshape(target), 1, None
+        return x, n, lambda: xp.broadcast_to(lifted, wide).reshape(target)
+    return xp.broadcast_to(lifted, wide).reshape(target), 1, None
 
 
 def _ints(v: Any) -> tuple[int, ...]:
@@ -181,8 +181,8 @@ def attention(
     if kv_repeat:
         if key_expand is None or key_reshape is None or value_expand is None or value_reshape is None:
             raise ValueError("Attention: kv_repeat needs the key and value expand and reshape shapes (inputs 7-10)")
-        key, nk, key_copy = _repeated_heads(key, key_expand, key_reshape, key_allowzero, "key")
-        value, nv, value_copy = _repeated_heads(value, value_expand, value_reshape, value_allowzero, "value")
+        key, nk, key_copy = _repeated_heads(key, key_expand, key_reshape, key_allowzero, "key", xp)
+        value, nv, value_copy = _repeated_heads(value, value_expand, value_reshape, value_allowzero, "value", xp)
         if nk > 1 and nk == nv and xp is np and query_heads and isinstance(query, np.ndarray):
             found = _grouped_attention(_split(query, "query"), key, value, nk, bias, scale, nan_to_zero, nan_value)
             if found is not None:
