@@ -485,3 +485,30 @@ def test_torchscript_exports_of_other_transformer_layers_fuse(arch: str) -> None
         want = module(*args).numpy()
     got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {n: a.numpy() for n, a in zip(names, args)})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_torchscript_export_of_phi3_mlp_is_one_gated_product() -> None:
+    """Phi-3's MLP: gate_up_proj, chunk(2), up * silu(gate), down_proj: two products, matching torch."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+
+    class Mlp(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate_up, self.down = torch.nn.Linear(32, 96, False), torch.nn.Linear(48, 32, False)
+
+        def forward(self, x):
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+            return self.down(up * torch.nn.functional.silu(gate))
+
+    torch.manual_seed(7)
+    module, x = Mlp().eval(), torch.randn(2, 5, 32)
+    model = _torchscript(
+        torch, module, (x,), input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b", 1: "n"}}
+    )
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    assert sorted(n.op_type for n in graph.nodes) == ["GatedMatMul", "MatMul"]
+    with torch.no_grad():
+        want = module(x).numpy()
+    got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": x.numpy()})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -116,3 +116,57 @@ def test_kernel_applies_any_activation_to_the_first_half() -> None:
     assert got.flags.c_contiguous
     with pytest.raises(ValueError, match="two equal halves"):
         gated_matmul(np, a, b[:, :-1], activation="Relu")
+
+
+def _chunked_mlp(
+    *, gate_half: int = 0, bounds: tuple[int, int] | None = None, fetch_product: bool = False, bias: bool = False
+) -> onnx.ModelProto:
+    """Phi-3's MLP: one product for gate and up (gate_up_proj), split in halves of the last axis
+    by two Slices (torch's chunk), silu on the gate half times the up half."""
+    rng = np.random.default_rng(3)
+    inits = {
+        "w": rng.standard_normal((D, 2 * HIDDEN)).astype(np.float32),
+        "zero": np.array([0], np.int64),
+        "mid": np.array([HIDDEN], np.int64),
+        "end": np.array([2 * HIDDEN], np.int64),
+        "last": np.array([-1], np.int64),
+    }
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p_mm"])]
+    product = "p_mm"
+    if bias:
+        inits["b"] = rng.standard_normal(2 * HIDDEN).astype(np.float32)
+        nodes.append(helper.make_node("Add", ["p_mm", "b"], ["p"]))
+        product = "p"
+    if bounds is not None:
+        inits["odd"] = np.array([bounds[0]], np.int64)
+        inits["odd_end"] = np.array([bounds[1]], np.int64)
+    first, second = (["zero", "mid"], ["mid", "end"])
+    if bounds is not None:
+        first = ["odd", "odd_end"]
+    halves = [first, second]
+    nodes += [
+        helper.make_node("Slice", [product, *halves[0], "last"], ["h0"]),
+        helper.make_node("Slice", [product, *halves[1], "last"], ["h1"]),
+        helper.make_node("Sigmoid", [f"h{gate_half}"], ["s"]),
+        helper.make_node("Mul", [f"h{gate_half}", "s"], ["g"]),
+        helper.make_node("Mul", [f"h{1 - gate_half}", "g"], ["y"]),
+    ]
+    outputs = [vinfo("y", F, None)] + ([vinfo(product, F, None)] if fetch_product else [])
+    return make_model(nodes, [vinfo("x", F, ["b", "s", D])], outputs, initializers=inits)
+
+
+@pytest.mark.parametrize("variant", [{}, {"gate_half": 1}, {"bias": True}], ids=["gate-first", "gate-second", "bias"])
+def test_one_product_split_in_halves_becomes_a_gated_product(variant: dict[str, object]) -> None:
+    model = _chunked_mlp(**variant)  # type: ignore[arg-type]
+    assert _ops(model) == {"GatedMatMul": 1}
+    for rows in [(1, 1), (2, 5)]:
+        assert_optimized_matches(model, _feeds(model, rows), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "variant", [{"bounds": (1, HIDDEN + 1)}, {"fetch_product": True}], ids=["not-halves", "product-fetched"]
+)
+def test_split_products_that_are_not_a_gated_pair_stay(variant: dict[str, object]) -> None:
+    model = _chunked_mlp(**variant)  # type: ignore[arg-type]
+    assert "GatedMatMul" not in _ops(model)
+    assert_optimized_matches(model, _feeds(model, (2, 5)), rtol=1e-5, atol=1e-5)
