@@ -99,7 +99,15 @@ def _repeat_plan(
 
 
 def _grouped_attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, n: int, bias: Any, scale: float, nan_to_zero: int, nan_value: float
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    n: int,
+    bias: Any,
+    scale: float,
+    nan_to_zero: int,
+    nan_value: float,
+    mask: tuple[Any, float, int] | None = None,
 ) -> np.ndarray | None:
     """Attention with each of the KV heads of k and v (batch, kv_heads, seq, size) serving n
     consecutive query heads of q (batch, kv_heads * n, seq_q, size), read in place; None (use
@@ -119,12 +127,16 @@ def _grouped_attention(
         return None
     if bias is not None and not broadcasts_into(bias.shape, (batch, heads, sq, k.shape[2])):
         return None  # the mask would broadcast the scores further: the general form
+    if mask is not None and not broadcasts_into(mask[0].shape, (batch, heads, sq, k.shape[2])):
+        return None
     qs = q * q.dtype.type(scale)
     kt = k.transpose(0, 1, 3, 2)
     if sq == 1:
         scores = np.matmul(qs.reshape(b, kvh, n, d), kt).reshape(batch, heads, 1, k.shape[2])
     else:
         scores = np.matmul(qs.reshape(b, kvh, n, sq, d), kt[:, :, None]).reshape(batch, heads, sq, k.shape[2])
+    if mask is not None:
+        scores = _masked(np, scores, *mask)
     if bias is not None:
         scores += bias
     probs, nan_free = _softmax_checked(np, scores, 3, False, proof=bool(nan_to_zero))
@@ -138,6 +150,18 @@ def _grouped_attention(
     else:
         np.matmul(probs.reshape(batch, kvh, n, sq, -1), v[:, :, None], out=memory.transpose(0, 2, 3, 1, 4))
     return memory.reshape(batch, sq, heads, dv).transpose(0, 2, 1, 3)
+
+
+def _masked(xp: Any, scores: Any, condition: Any, fill: float, keep: int) -> Any:
+    """Where(condition, scores, fill) (``keep`` 1) or Where(condition, fill, scores) (0): in
+    place where the condition broadcasts into the scores, else the larger result."""
+    if condition.dtype != np.bool_:
+        raise ValueError(f"Attention: the Where condition must be bool, got {condition.dtype}")
+    hide = xp.logical_not(condition) if keep else condition
+    if broadcasts_into(tuple(condition.shape), tuple(scores.shape)):
+        xp.copyto(scores, scores.dtype.type(fill), where=hide)
+        return scores
+    return xp.where(hide, scores.dtype.type(fill), scores)
 
 
 @op("Attention", 1, domain=DOMAIN, host_inputs=(3, 4, 5, 7, 8, 9, 10))
@@ -154,6 +178,7 @@ def attention(
     key_reshape: Any = None,
     value_expand: Any = None,
     value_reshape: Any = None,
+    where_condition: Any = None,
     *,
     scale: float = 1.0,
     nan_to_zero: int = 0,
@@ -164,6 +189,8 @@ def attention(
     kv_repeat: int = 0,
     key_allowzero: int = 0,
     value_allowzero: int = 0,
+    where_fill: float = 0.0,
+    where_keep: int = 1,
 ) -> Any:
     """softmax(Q K^T * scale + bias) V per head, Q/K/V given as (batch, seq, hidden) and split
     into heads by the shapes their Reshapes had; returns (batch, heads, seq, size).
@@ -177,14 +204,21 @@ def attention(
 
     ``kv_repeat``: keys and values are given per KV head with the shapes of the repeat_kv
     Expand and Reshape that made one copy of them per query head (grouped-query attention, see
-    _repeated_heads); ``key_allowzero`` / ``value_allowzero`` are those Reshapes' attribute."""
+    _repeated_heads); ``key_allowzero`` / ``value_allowzero`` are those Reshapes' attribute.
+
+    ``where_condition`` (bool, broadcasting to the scores): the graph's Where before the mask
+    (GPT-2's causal buffer, DistilBERT's masked_fill) set the scaled scores to ``where_fill``
+    where the condition is false (``where_keep`` 1: it marks the scores kept) or true (0)."""
+    mask = None if where_condition is None else (where_condition, where_fill, where_keep)
     if kv_repeat:
         if key_expand is None or key_reshape is None or value_expand is None or value_reshape is None:
             raise ValueError("Attention: kv_repeat needs the key and value expand and reshape shapes (inputs 7-10)")
         key, nk, key_copy = _repeated_heads(key, key_expand, key_reshape, key_allowzero, "key", xp)
         value, nv, value_copy = _repeated_heads(value, value_expand, value_reshape, value_allowzero, "value", xp)
         if nk > 1 and nk == nv and xp is np and query_heads and isinstance(query, np.ndarray):
-            found = _grouped_attention(_split(query, "query"), key, value, nk, bias, scale, nan_to_zero, nan_value)
+            found = _grouped_attention(
+                _split(query, "query"), key, value, nk, bias, scale, nan_to_zero, nan_value, mask
+            )
             if found is not None:
                 return found
         # The grouped form does not apply: the copies the graph made.
@@ -195,6 +229,8 @@ def attention(
     k = k.transpose(0, 1, 3, 2) if key_heads else k.transpose(0, 2, 3, 1)
     v = _split(value, "value") if value_heads else _heads(value, value_shape, "value").transpose(0, 2, 1, 3)
     scores = stacked_matmul(xp, q * q.dtype.type(scale), k)
+    if mask is not None:
+        scores = _masked(xp, scores, *mask)
     if bias is not None:
         if broadcasts_into(bias.shape, scores.shape):
             scores += bias

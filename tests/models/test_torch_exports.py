@@ -512,3 +512,44 @@ def test_torchscript_export_of_phi3_mlp_is_one_gated_product() -> None:
         want = module(x).numpy()
     got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": x.numpy()})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_torchscript_export_of_distilbert_attention_fuses() -> None:
+    """DistilBERT's attention: q divided by sqrt(d), masked_fill of the scores where the padding
+    mask is 0 (its condition expanded to the scores' shape), softmax: one Attention, matching
+    torch."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    d, heads = 32, 4
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.k, self.v, self.out = (torch.nn.Linear(d, d) for _ in range(4))
+
+        def forward(self, x, mask):
+            bs, n, _ = x.shape
+
+            def shape(t):
+                return t.view(bs, -1, heads, d // heads).transpose(1, 2)
+
+            q = shape(self.q(x)) / math.sqrt(d // heads)
+            scores = torch.matmul(q, shape(self.k(x)).transpose(2, 3))
+            hidden = (mask == 0).view(bs, 1, 1, n).expand_as(scores)
+            scores = scores.masked_fill(hidden, torch.tensor(torch.finfo(scores.dtype).min))
+            w = torch.nn.functional.softmax(scores, dim=-1)
+            return self.out(torch.matmul(w, shape(self.v(x))).transpose(1, 2).contiguous().view(bs, -1, d))
+
+    torch.manual_seed(8)
+    module = Attention().eval()
+    x, mask = torch.randn(2, 7, d), torch.ones(2, 7, dtype=torch.int64)
+    mask[1, 5:] = 0
+    axes = {"x": {0: "b", 1: "n"}, "mask": {0: "b", 1: "n"}}
+    model = _torchscript(torch, module, (x, mask), input_names=["x", "mask"], output_names=["y"], dynamic_axes=axes)
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    ops = collections.Counter(n.op_type for n in graph.nodes)
+    assert ops["Attention"] == 1 and not {"Softmax", "Where", "Expand", "MatMul"} & set(ops), dict(ops)
+    with torch.no_grad():
+        want = module(x, mask).numpy()
+    got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": x.numpy(), "mask": mask.numpy()})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -362,3 +362,69 @@ def test_queries_of_two_images_with_shared_keys_and_values_broadcast() -> None:
     got = fused_attention.attention(np, q, k, v, None, None, None, query_heads=1, key_heads=1, value_heads=1)
     assert got.shape == (2, HEADS, 3, SIZE)
     np.testing.assert_allclose(got, _reference_attention(q, k, v), rtol=1e-5, atol=1e-6)
+
+
+def _where_masked_model(keep: bool, additive: bool, expand_as: bool) -> onnx.ModelProto:
+    """Attention over per-head q, k, v whose scaled scores pass a Where before the Softmax:
+    Where(keep, scores, fill) as GPT-2's causal buffer does, or Where(hide, fill, scores) as
+    DistilBERT's masked_fill (its condition Expanded to Shape(scores) with ``expand_as``), then
+    [+ an additive mask]."""
+    inits = {"root_size": np.array(np.sqrt(SIZE), np.float32), "fill": np.array(-3.4e38, np.float32)}
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["k_t"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "k_t"], ["scores"]),
+        helper.make_node("Div", ["scores", "root_size"], ["scores_d"]),
+    ]
+    cond = "cond"
+    if expand_as:
+        nodes += [
+            helper.make_node("Shape", ["scores_d"], ["scores_shape"]),
+            helper.make_node("Expand", ["cond", "scores_shape"], ["cond_x"]),
+        ]
+        cond = "cond_x"
+    branches = ["scores_d", "fill"] if keep else ["fill", "scores_d"]
+    nodes.append(helper.make_node("Where", [cond, *branches], ["scores_w"]))
+    probs_in = "scores_w"
+    if additive:
+        nodes.append(helper.make_node("Add", ["scores_w", "mask"], ["scores_m"]))
+        probs_in = "scores_m"
+    nodes += [
+        helper.make_node("Softmax", [probs_in], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["context"]),
+    ]
+    inputs = [vinfo(n, F, ["b", HEADS, "s", SIZE]) for n in ("q", "k", "v")]
+    inputs.append(vinfo("cond", TensorProto.BOOL, ["b", 1, "s", "s"]))
+    if additive:
+        inputs.append(vinfo("mask", F, ["b", 1, 1, "s"]))
+    return make_model(nodes, inputs, [vinfo("context", F, ["b", HEADS, "s", SIZE])], initializers=inits)
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["keep-mask", "hide-mask"])
+@pytest.mark.parametrize("additive", [False, True], ids=["alone", "then-additive"])
+@pytest.mark.parametrize("expand_as", [False, True], ids=["direct", "expand-as"])
+def test_where_masked_scores_fuse(keep: bool, additive: bool, expand_as: bool) -> None:
+    model = _where_masked_model(keep, additive, expand_as)
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    assert [n.op_type for n in graph.nodes] == ["Attention"]
+    (attention,) = graph.nodes
+    assert attention.inputs[11] == "cond" and attention.attrs["where_keep"] == int(keep)
+    rng = np.random.default_rng(int(keep) + 2 * int(additive) + 4 * int(expand_as))
+    for batch, seq in ((1, 4), (2, 6)):
+        feeds = {n: rng.standard_normal((batch, HEADS, seq, SIZE)).astype(np.float32) for n in ("q", "k", "v")}
+        causal = np.tril(np.ones((seq, seq), bool))
+        feeds["cond"] = np.broadcast_to(causal if keep else ~causal, (batch, 1, seq, seq)).copy()
+        if additive:
+            feeds["mask"] = np.where(rng.random((batch, 1, 1, seq)) < 0.2, -1e4, 0.0).astype(np.float32)
+        _check_numbers(model, feeds)
+
+
+def test_gpt2_opset14_export_with_its_causal_buffer_fuses() -> None:
+    # transformers' older GPT-2: Where(bool causal buffer slice, scores / sqrt(d), min) + mask,
+    # the scale from Shape(v)[3]: both attentions fuse
+    from tests.models import zoo
+
+    graph = build_graph(zoo.gpt2(14))
+    optimize(graph, 99, host_only=True)
+    ops = collections.Counter(n.op_type for n in graph.nodes)
+    assert ops["Attention"] == 2 and "Softmax" not in ops and "Where" not in ops

@@ -106,7 +106,9 @@ def _evaluate(graph: Graph, node: Node, shapes: dict[str, Node] | None = None) -
     results = list(result) if isinstance(result, tuple) else [result]
     if len(results) < len([o for o in node.outputs if o]):
         return None
-    if partial and not all(isinstance(r, np.ndarray) and bool((r >= 0).all()) for r in results):
+    if partial and not all(
+        isinstance(r, (np.ndarray, np.generic)) and bool((np.asarray(r) >= 0).all()) for r in results
+    ):
         return None  # it picked an unknown dimension
     out = []
     for r in results[: len(node.outputs)]:

@@ -56,15 +56,15 @@ def _match(graph: Graph, uses: Uses, node: Node) -> tuple[Node, list[Node]] | No
     attrs = node.attrs
     if node.domain != FUSED_DOMAIN or node.op_type != "Attention" or attrs.get("kv_repeat"):
         return None
-    if not (attrs.get("key_heads") and attrs.get("value_heads")) or len(node.inputs) > 7:
+    if not (attrs.get("key_heads") and attrs.get("value_heads")) or any(node.inputs[7:11]):
         return None
     key = _chain(graph, uses, node.inputs[1], node)
     value = _chain(graph, uses, node.inputs[2], node)
     if key is None or value is None:
         return None
-    inputs = list(node.inputs) + [""] * (7 - len(node.inputs))
+    inputs = list(node.inputs) + [""] * (11 - len(node.inputs))
     inputs[1], inputs[2] = key[0], value[0]
-    inputs += [key[1], key[2], value[1], value[2]]
+    inputs[7:11] = [key[1], key[2], value[1], value[2]]
     new_attrs = dict(attrs, kv_repeat=1, key_allowzero=key[3], value_allowzero=value[3])
     fused = Node("Attention", inputs, list(node.outputs), new_attrs, node.name, FUSED_DOMAIN, 1)
     return fused, key[4] + value[4]

@@ -133,12 +133,12 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
     if axis != -1 and not (rank == 4 and axis == 3):
         return None
     nodes: list[Node] = [softmax]
-    # Upwards: [+ mask] [* or / scalar] MatMul(Q, K).
+    # Upwards: [+ mask] [Where(condition, scores, fill)] [* or / scalar] MatMul(Q, K).
     scores, bias, scale = softmax.inputs[0], "", 1.0
     node = uses.producer.get(scores)
     if _plain(node, "Add") and _sole(uses, scores, softmax):
         assert node is not None
-        mm = next((i for i in node.inputs if _plain(uses.producer.get(i), "MatMul") or _scaled(uses, i)), None)
+        mm = next((i for i in node.inputs if _scores_source(uses, i)), None)
         if mm is None or node.inputs.count(mm) != 1:
             return None
         bias = node.inputs[1] if node.inputs[0] == mm else node.inputs[0]
@@ -146,7 +146,22 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
         reader, scores, node = node, mm, uses.producer.get(mm)
     else:
         reader = softmax
-    if (_plain(node, "Mul") or _plain(node, "Div")) and _sole(uses, scores, reader):
+    masked: tuple[str, float, int] | None = None
+    gone: set[int] = set()  # Shape readers of the scores that go with the fusion
+
+    def sole(name: str, reader: Node | None) -> bool:
+        readers = [r for r in uses.readers_of(name) if id(r) not in gone]
+        return reader is not None and readers == [reader] and name not in uses.graph_outputs
+
+    if _plain(node, "Where") and _sole(uses, scores, reader):
+        assert node is not None
+        found = _where_mask(graph, uses, node, nodes)
+        if found is None:
+            return None
+        masked, inner = found
+        gone.update(id(n) for n in nodes if _plain(n, "Shape"))
+        reader, scores, node = node, inner, uses.producer.get(inner)
+    if (_plain(node, "Mul") or _plain(node, "Div")) and sole(scores, reader):
         assert node is not None
         inner = node.inputs[0]
         factor = _scalar_factor(graph, node, inner) if _plain(uses.producer.get(inner), "MatMul") else None
@@ -154,7 +169,7 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
             return None
         nodes.append(node)
         scale, reader, scores, node = factor, node, inner, uses.producer.get(inner)
-    if not _plain(node, "MatMul") or not _sole(uses, scores, reader):
+    if not _plain(node, "MatMul") or not sole(scores, reader):
         return None
     assert node is not None
     nodes.append(node)
@@ -202,9 +217,13 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
         attrs["key_heads"] = 1
     if not v[1]:
         attrs["value_heads"] = 1
+    inputs = [q[0], k[0], v[0], q[1], k[1], v[1], bias]
+    if masked is not None:
+        inputs += ["", "", "", "", masked[0]]
+        attrs["where_fill"], attrs["where_keep"] = masked[1], masked[2]
     fused = Node(
         "Attention",
-        [q[0], k[0], v[0], q[1], k[1], v[1], bias],
+        inputs,
         [mm2.outputs[0]],
         attrs,
         softmax.name or "attention",
@@ -212,6 +231,46 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
         1,
     )
     return fused, [n for n in nodes if id(n) not in keep]
+
+
+def _scores_source(uses: Uses, name: str) -> bool:
+    """``name`` is a product of Q and K, scaled, or masked by a Where: the scores an additive
+    mask may follow."""
+    node = uses.producer.get(name)
+    return _plain(node, "MatMul") or _scaled(uses, name) or _plain(node, "Where")
+
+
+def _where_mask(graph: Graph, uses: Uses, where: Node, nodes: list[Node]) -> tuple[tuple[str, float, int], str] | None:
+    """((condition, fill, keep), scores) for Where(condition, scores, fill) (keep 1: the
+    condition marks the scores kept) or Where(condition, fill, scores) (keep 0), fill a scalar
+    constant and scores a [scaled] product: GPT-2's causal buffer and DistilBERT's masked_fill.
+    A condition Expanded to Shape(scores) (masked_fill's expand_as) is taken before the Expand,
+    which broadcasting makes unnecessary; those nodes go to ``nodes`` with the Where."""
+    if len(where.inputs) != 3:
+        return None
+    cond, a, b = where.inputs
+    for keep, data, fill_name in ((1, a, b), (0, b, a)):
+        fill = scalar_value(constant(graph, fill_name))
+        source = uses.producer.get(data)
+        if fill is None or not (_plain(source, "MatMul") or _scaled(uses, data)):
+            continue
+        extra: list[Node] = []
+        expand = uses.producer.get(cond)
+        if _plain(expand, "Expand") and expand is not None and uses.only_reader(cond) is where:
+            shape = uses.producer.get(expand.inputs[1])
+            if _plain(shape, "Shape") and shape is not None and shape.inputs[0] == data and not shape.attrs:
+                if uses.only_reader(expand.inputs[1]) is expand:
+                    extra, cond = [expand, shape], expand.inputs[0]
+        if not _sole(uses, data, where) and not (
+            extra and {id(r) for r in uses.readers_of(data)} == {id(where), id(extra[1])}
+        ):
+            return None
+        if graph.elem_type(cond) not in (9, None):  # a bool condition
+            return None
+        nodes.append(where)
+        nodes.extend(extra)
+        return (cond, float(fill), keep), data
+    return None
 
 
 def _rank(graph: Graph, name: str) -> int | None:

@@ -204,8 +204,8 @@ def token_rule(
         q = input_shapes[0]
         if len(input_shapes) < 6 or constant[0] or q is None or len(q) != 3 or q[-2] != rows or len(out) != 4:
             return None
-        if kw.get("kv_repeat"):
-            return None  # its inputs 7-10 are shapes, not positions
+        if kw.get("kv_repeat") or len(input_shapes) > 7:
+            return None  # inputs 7-10 are shapes, 11 a Where condition: not split
         mask = _position_reads(input_shapes[6:], rows)
         return None if mask is None else RowRule(("rows", "whole", "whole", "whole", "whole", "whole", *mask))
     if op in (("", "MatMul"), (FUSED, "FusedMatMul"), (FUSED, "PackedMatMul")):
