@@ -188,6 +188,9 @@ def test_a_matmul_with_shared_weights_splits_its_tokens() -> None:
     # Q, K and V from one product: three outputs with the same tokens
     packed = row_rule((FUSED, "PackedMatMul"), mm, [(1, 64, 32), (32, 96)], [(1, 64, 32)] * 3, [False, True])
     assert packed is not None and packed.reads == ("rows", "whole")
+    # a gated MLP's gate and up projections in one product: its band of tokens too
+    gated = row_rule((FUSED, "GatedMatMul"), mm, [(1, 64, 32), (32, 96)], [(1, 64, 48)], [False, True])
+    assert gated is not None and gated.reads == ("rows", "whole")
 
 
 @pytest.mark.parametrize(

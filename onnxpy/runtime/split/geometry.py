@@ -78,6 +78,7 @@ TOKEN_OPS = {
     ("", "MatMul"),
     (FUSED, "FusedMatMul"),
     (FUSED, "PackedMatMul"),
+    (FUSED, "GatedMatMul"),
     ("", "LayerNormalization"),
     (FUSED, "LayerNormalization"),
     (FUSED, "Attention"),
@@ -208,7 +209,7 @@ def token_rule(
             return None  # inputs 7-10 are shapes, 11 a Where condition: not split
         mask = _position_reads(input_shapes[6:], rows)
         return None if mask is None else RowRule(("rows", "whole", "whole", "whole", "whole", "whole", *mask))
-    if op in (("", "MatMul"), (FUSED, "FusedMatMul"), (FUSED, "PackedMatMul")):
+    if op in (("", "MatMul"), (FUSED, "FusedMatMul"), (FUSED, "PackedMatMul"), (FUSED, "GatedMatMul")):
         a, b = input_shapes[0], input_shapes[1] if len(input_shapes) > 1 else None
         # the band's rows of A times weights shared by every row (not a batch of matrices)
         if constant[0] or a is None or len(a) != len(out) or a[-2] != rows or b is None or len(b) != 2:
