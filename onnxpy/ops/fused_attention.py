@@ -16,7 +16,7 @@ import numpy as np
 from ._blas import batches, stacked_matmul
 from ._compat import broadcasts_into, host_ints
 from .nn import _softmax_checked
-from .registry import op
+from .registry import memoized, op
 from .tensor import _reshape_target
 
 DOMAIN = "onnxpy.fused"
@@ -46,7 +46,9 @@ def _split(x: Any, what: str) -> Any:
     return x
 
 
-def _repeated_heads(x: Any, expand: Any, reshape: Any, allowzero: int, what: str, xp: Any = np) -> tuple[Any, int, Any]:
+def _repeated_heads(
+    x: Any, expand: Any, reshape: Any, allowzero: int, what: str, xp: Any = np, ctx: Any = None
+) -> tuple[Any, int, Any]:
     """What transformers' repeat_kv makes of the KV heads ``x`` (batch, kv_heads, seq, size):
     Reshape(Expand(Unsqueeze(x, axis 2), expand), reshape), the nodes optimizer/passes/
     fold_repeat_kv.py folded into the Attention. Returns (x, n, copy) where that is each KV
@@ -56,7 +58,14 @@ def _repeated_heads(x: Any, expand: Any, reshape: Any, allowzero: int, what: str
     if x.ndim < 2:
         raise ValueError(f"Attention: {what} of shape {list(x.shape)} cannot take a new axis 2 (repeat_kv)")
     lifted = x.reshape(*x.shape[:2], 1, *x.shape[2:])
-    n, wide, target = _repeat_plan(lifted.shape, _ints(expand), _ints(reshape), allowzero, what)
+    expand, reshape = _ints(expand), _ints(reshape)
+    # Remembered per node: a decoder step asks the same each call with a cache one longer, and
+    # Expand's and Reshape's rules worked out each time cost ~25 us of a 70 us attention.
+    n, wide, target = memoized(
+        ctx,
+        ("repeat_kv", lifted.shape, expand, reshape, allowzero),
+        lambda: _repeat_plan(lifted.shape, expand, reshape, allowzero, what),
+    )
     if n > 1 and x.dtype in (np.float32, np.float64):
         return x, n, lambda: xp.broadcast_to(lifted, wide).reshape(target)
     return xp.broadcast_to(lifted, wide).reshape(target), 1, None
@@ -66,21 +75,11 @@ def _ints(v: Any) -> tuple[int, ...]:
     return tuple(v.tolist()) if isinstance(v, np.ndarray) and v.ndim == 1 else tuple(host_ints(v))
 
 
-# (lifted shape, expand, reshape, allowzero) -> (n, expanded shape, reshaped shape): a decoder
-# step asks the same each call with a cache one longer; Expand's and Reshape's rules worked out
-# each time cost ~25 us of a 70 us attention.
-_PLANS: dict[tuple[Any, ...], tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
-
-
 def _repeat_plan(
     lifted: tuple[int, ...], expand: tuple[int, ...], reshape: tuple[int, ...], allowzero: int, what: str
 ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """(n, Expand's shape, Reshape's shape) for the KV heads ``lifted`` (their new axis 2
     inserted); n > 1 only where that is each head repeated n times, else 1."""
-    key = (lifted, expand, reshape, allowzero)
-    plan = _PLANS.get(key)
-    if plan is not None:
-        return plan
     try:
         wide = np.broadcast_shapes(lifted, expand)
     except ValueError:
@@ -91,11 +90,7 @@ def _repeat_plan(
         b, kvh, _, t, d = lifted
         if wide[1] == kvh and wide[3:] == (t, d) and b in (1, wide[0]) and target == (wide[0], kvh * wide[2], t, d):
             n = wide[2]
-    plan = (n, wide, target)
-    if len(_PLANS) >= 512:
-        _PLANS.clear()  # a bounded memo: shapes of one model repeat, of many models do not
-    _PLANS[key] = plan
-    return plan
+    return n, wide, target
 
 
 def _grouped_attention(
@@ -191,6 +186,7 @@ def attention(
     value_allowzero: int = 0,
     where_fill: float = 0.0,
     where_keep: int = 1,
+    ctx: Any = None,
 ) -> Any:
     """softmax(Q K^T * scale + bias) V per head, Q/K/V given as (batch, seq, hidden) and split
     into heads by the shapes their Reshapes had; returns (batch, heads, seq, size).
@@ -213,8 +209,8 @@ def attention(
     if kv_repeat:
         if key_expand is None or key_reshape is None or value_expand is None or value_reshape is None:
             raise ValueError("Attention: kv_repeat needs the key and value expand and reshape shapes (inputs 7-10)")
-        key, nk, key_copy = _repeated_heads(key, key_expand, key_reshape, key_allowzero, "key", xp)
-        value, nv, value_copy = _repeated_heads(value, value_expand, value_reshape, value_allowzero, "value", xp)
+        key, nk, key_copy = _repeated_heads(key, key_expand, key_reshape, key_allowzero, "key", xp, ctx)
+        value, nv, value_copy = _repeated_heads(value, value_expand, value_reshape, value_allowzero, "value", xp, ctx)
         if nk > 1 and nk == nv and xp is np and query_heads and isinstance(query, np.ndarray):
             found = _grouped_attention(
                 _split(query, "query"), key, value, nk, bias, scale, nan_to_zero, nan_value, mask

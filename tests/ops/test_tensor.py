@@ -142,18 +142,22 @@ def test_reshape_bad_size_names_shapes() -> None:
 
 
 def test_reshape_targets_remembered_per_input_shape() -> None:
-    # the kernel remembers each (input shape, requested shape, allowzero): the same request on
-    # another input shape, and allowzero on and off, must each get their own target
-    from onnxpy.ops.tensor import reshape
-
+    # the kernel remembers each node's (input shape, requested shape) target: the same request
+    # on another input shape gets its own, and an impossible one raises on every run
+    m = make_model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])],
+        [vinfo("x", F, ["n", "m", 4]), vinfo("s", TensorProto.INT64, [2])],
+        [vinfo("y", F, None)],
+    )
+    sess = onnxpy.InferenceSession(m.SerializeToString())
     request = np.array([0, -1], dtype=np.int64)
     for _ in range(2):
-        assert reshape(np, X234, request).shape == (2, 12)
-        assert reshape(np, X234.reshape(4, 6), request).shape == (4, 6)
-        assert reshape(np, np.zeros((0, 5), np.float32), np.array([0, 5], np.int64), allowzero=1).shape == (0, 5)
-        assert reshape(np, np.zeros((2, 5), np.float32), np.array([0, 5], np.int64)).shape == (2, 5)
-        with pytest.raises(ValueError, match="cannot reshape"):  # every call, not only the first
-            reshape(np, X234, np.array([5, -1], dtype=np.int64))
+        for shape, want in (((2, 3, 4), (2, 12)), ((4, 6, 4), (4, 24)), ((2, 3, 4), (2, 12))):
+            x = RNG.standard_normal(shape).astype(np.float32)
+            (y,) = sess.run(None, {"x": x, "s": request})
+            assert y.shape == want and np.array_equal(y, x.reshape(want))
+        with pytest.raises(onnxpy.capi.onnxruntime_pybind11_state.RuntimeException, match="cannot reshape"):
+            sess.run(None, {"x": X234, "s": np.array([5, -1], dtype=np.int64)})
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, 3, -1, -3])
