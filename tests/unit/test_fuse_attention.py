@@ -428,3 +428,30 @@ def test_gpt2_opset14_export_with_its_causal_buffer_fuses() -> None:
     optimize(graph, 99, host_only=True)
     ops = collections.Counter(n.op_type for n in graph.nodes)
     assert ops["Attention"] == 2 and "Softmax" not in ops and "Where" not in ops
+
+
+def test_an_additive_mask_made_by_a_where_and_added_first_fuses() -> None:
+    # SDPA-style exports build the additive mask as Where(keep, 0, -inf); written as the Add's
+    # first input it must not be taken for the scores
+    inits = {"root_size": np.array(np.sqrt(SIZE), np.float32), "zero": np.array(0.0, np.float32)}
+    inits["low"] = np.array(-1e4, np.float32)
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["k_t"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "k_t"], ["scores"]),
+        helper.make_node("Div", ["scores", "root_size"], ["scores_d"]),
+        helper.make_node("Where", ["keep", "zero", "low"], ["mask"]),
+        helper.make_node("Add", ["mask", "scores_d"], ["scores_m"]),
+        helper.make_node("Softmax", ["scores_m"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["context"]),
+    ]
+    inputs = [vinfo(n, F, ["b", HEADS, "s", SIZE]) for n in ("q", "k", "v")]
+    inputs.append(vinfo("keep", TensorProto.BOOL, ["b", 1, 1, "s"]))
+    model = make_model(nodes, inputs, [vinfo("context", F, ["b", HEADS, "s", SIZE])], initializers=inits)
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    assert sorted(n.op_type for n in graph.nodes) == ["Attention", "Where"]
+    rng = np.random.default_rng(12)
+    feeds = {n: rng.standard_normal((2, HEADS, 5, SIZE)).astype(np.float32) for n in ("q", "k", "v")}
+    feeds["keep"] = rng.random((2, 1, 1, 5)) < 0.7
+    feeds["keep"][..., 0] = True
+    _check_numbers(model, feeds)

@@ -138,7 +138,10 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
     node = uses.producer.get(scores)
     if _plain(node, "Add") and _sole(uses, scores, softmax):
         assert node is not None
-        mm = next((i for i in node.inputs if _scores_source(uses, i)), None)
+        found_scores = [i for i in node.inputs if _scores_source(uses, i)]
+        # A product before a Where: the mask itself may be a Where (Where(keep, 0, -inf)).
+        mm = next((i for i in found_scores if not _plain(uses.producer.get(i), "Where")), None)
+        mm = mm or (found_scores[0] if found_scores else None)
         if mm is None or node.inputs.count(mm) != 1:
             return None
         bias = node.inputs[1] if node.inputs[0] == mm else node.inputs[0]
@@ -234,10 +237,12 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
 
 
 def _scores_source(uses: Uses, name: str) -> bool:
-    """``name`` is a product of Q and K, scaled, or masked by a Where: the scores an additive
-    mask may follow."""
+    """``name`` is a product of Q and K, scaled, or such a product masked by a Where: the
+    scores an additive mask may follow."""
     node = uses.producer.get(name)
-    return _plain(node, "MatMul") or _scaled(uses, name) or _plain(node, "Where")
+    if _plain(node, "Where") and node is not None and len(node.inputs) == 3:
+        return any(_plain(uses.producer.get(i), "MatMul") or _scaled(uses, i) for i in node.inputs[1:])
+    return _plain(node, "MatMul") or _scaled(uses, name)
 
 
 def _where_mask(graph: Graph, uses: Uses, where: Node, nodes: list[Node]) -> tuple[tuple[str, float, int], str] | None:
