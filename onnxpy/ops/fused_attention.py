@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._blas import batches, stacked_matmul
+from ._clamp import floor_at
 from ._compat import broadcasts_into, host_ints
 from .nn import _softmax_checked
 from .registry import memoized, op
@@ -159,7 +160,7 @@ def _masked(xp: Any, scores: Any, condition: Any, fill: float, keep: int) -> Any
     return xp.where(hide, scores.dtype.type(fill), scores)
 
 
-@op("Attention", 1, domain=DOMAIN, host_inputs=(3, 4, 5, 7, 8, 9, 10))
+@op("Attention", 1, domain=DOMAIN, host_inputs=(3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17))
 def attention(
     xp: Any,
     query: Any,
@@ -174,6 +175,12 @@ def attention(
     value_expand: Any = None,
     value_reshape: Any = None,
     where_condition: Any = None,
+    query_merge: Any = None,
+    key_merge: Any = None,
+    value_merge: Any = None,
+    scores_split: Any = None,
+    scores_merge: Any = None,
+    output_split: Any = None,
     *,
     scale: float = 1.0,
     nan_to_zero: int = 0,
@@ -186,6 +193,9 @@ def attention(
     value_allowzero: int = 0,
     where_fill: float = 0.0,
     where_keep: int = 1,
+    merged_heads: int = 0,
+    floor: float = 0.0,
+    floored: int = 0,
     ctx: Any = None,
 ) -> Any:
     """softmax(Q K^T * scale + bias) V per head, Q/K/V given as (batch, seq, hidden) and split
@@ -204,7 +214,13 @@ def attention(
 
     ``where_condition`` (bool, broadcasting to the scores): the graph's Where before the mask
     (GPT-2's causal buffer, DistilBERT's masked_fill) set the scaled scores to ``where_fill``
-    where the condition is false (``where_keep`` 1: it marks the scores kept) or true (0)."""
+    where the condition is false (``where_keep`` 1: it marks the scores kept) or true (0).
+
+    ``merged_heads``: the graph computed the products over (batch * heads, seq, size) tensors
+    (transformers' bmm form); inputs 12-17 are the shapes of its Reshapes of Q, K and V to
+    3-D, of the scores to 4-D before the mask and back after it, and of the context to 4-D
+    (the last three optional), and the result is what the graph had after its last one (see
+    _merged_heads). ``floored``: the masked scores went through Max(scores, ``floor``) (OPT)."""
     mask = None if where_condition is None else (where_condition, where_fill, where_keep)
     if kv_repeat:
         if key_expand is None or key_reshape is None or value_expand is None or value_reshape is None:
@@ -224,6 +240,28 @@ def attention(
     k = _split(key, "key") if key_heads else _heads(key, key_shape, "key")
     k = k.transpose(0, 1, 3, 2) if key_heads else k.transpose(0, 2, 3, 1)
     v = _split(value, "value") if value_heads else _heads(value, value_shape, "value").transpose(0, 2, 1, 3)
+    if merged_heads:
+        merges = (query_merge, key_merge, value_merge, scores_split, scores_merge, output_split)
+        return _merged_heads(
+            xp, q, k, v, bias, mask, merges, scale, floor if floored else None, nan_to_zero, nan_value, ctx
+        )
+    return _attend(xp, q, k, v, bias, mask, scale, None, nan_to_zero, nan_value)
+
+
+def _attend(
+    xp: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    bias: Any,
+    mask: tuple[Any, float, int] | None,
+    scale: float,
+    floor: float | None,
+    nan_to_zero: int,
+    nan_value: float,
+) -> Any:
+    """softmax(Q K^T * scale [masked] + bias [floored]) V for per-head q (batch, heads, seq_q,
+    size), k already transposed (batch, heads, size, seq_k) and v (batch, heads, seq_k, size)."""
     scores = stacked_matmul(xp, q * q.dtype.type(scale), k)
     if mask is not None:
         scores = _masked(xp, scores, *mask)
@@ -232,6 +270,8 @@ def attention(
             scores += bias
         else:
             scores = scores + bias  # the mask broadcasts to a larger shape: a new array
+    if floor is not None:
+        floor_at(xp, scores, floor, out=scores)
     probs, nan_free = _softmax_checked(xp, scores, scores.ndim - 1, False, proof=bool(nan_to_zero))
     # Without that proof one fast reduction finds any NaN (7 us on BERT's 2x128x128 scores).
     if nan_to_zero and not nan_free and bool(xp.isnan(probs.sum())):
@@ -246,3 +286,121 @@ def attention(
         context = np.empty((b, s, h, d), dtype=v.dtype).transpose(0, 2, 1, 3)
         return np.matmul(probs, v, out=context)
     return stacked_matmul(xp, probs, v)
+
+
+def _merge_plan(
+    q: tuple[int, ...],
+    k: tuple[int, ...],
+    v: tuple[int, ...],
+    bias: tuple[int, ...] | None,
+    merges: tuple[tuple[int, ...] | None, ...],
+) -> bool:
+    """Whether the 3-D form's Reshapes (``merges``: of Q, K, V to (batch * heads, seq, size),
+    of the scores to 4-D and back, of the context to 4-D; None where the graph had none) do
+    exactly that for per-head q (batch, heads, seq_q, size), k^T (batch, heads, size, seq_k) and
+    v, with the bias broadcasting into the 4-D scores: then the 4-D computation is the graph's."""
+    tq, tk, tv, ts4, ts3, tout = merges
+    if len(q) != 4 or len(k) != 4 or len(v) != 4 or q[:2] != k[:2] or q[:2] != v[:2] or k[3] != v[2]:
+        return False
+    b, h, sq, d = q
+    sk = k[3]
+    if k[2] != d or _resolved(q, tq) != (b * h, sq, d) or _resolved((b, h, sk, d), tk) != (b * h, sk, d):
+        return False
+    if _resolved(v, tv) != (b * h, sk, v[3]):
+        return False
+    scores = (b * h, sq, sk)
+    if ts4 is not None:
+        if _resolved(scores, ts4) != (b, h, sq, sk):
+            return False
+        if ts3 is not None and _resolved((b, h, sq, sk), ts3) != scores:
+            return False
+    elif ts3 is not None or bias is not None:
+        return False
+    if bias is not None and not broadcasts_into(bias, (b, h, sq, sk)):
+        return False
+    return tout is None or _resolved((b * h, sq, v[3]), tout) == (b, h, sq, v[3])
+
+
+def _resolved(shape: tuple[int, ...], target: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """Reshape's result shape for ``shape`` and ``target`` (allowzero 0), None where Reshape
+    would fail."""
+    if target is None:
+        return None
+    try:
+        return tuple(_reshape_target(shape, list(target), 0))
+    except ValueError:
+        return None
+
+
+def _merged_heads(
+    xp: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    bias: Any,
+    mask: tuple[Any, float, int] | None,
+    merges: tuple[Any, ...],
+    scale: float,
+    floor: float | None,
+    nan_to_zero: int,
+    nan_value: float,
+    ctx: Any,
+) -> Any:
+    """Attention written over (batch * heads, seq, size) tensors (transformers' bmm form: BART,
+    OPT, CLIP before 4.48): the Reshapes of Q, K and V to 3-D, of the scores to 4-D (for the
+    mask) and back, and of the context to 4-D, as the graph had them. Where they merge and split
+    the batch and head axes as that form intends (checked per shape), the 4-D computation
+    without copies; otherwise each step as the graph wrote it."""
+    targets = tuple(None if t is None else _ints(t) for t in merges)
+    fits = memoized(
+        ctx,
+        ("merged", q.shape, k.shape, v.shape, None if bias is None else bias.shape, targets),
+        lambda: _merge_plan(q.shape, k.shape, v.shape, None if bias is None else tuple(bias.shape), targets),
+    )
+    if fits and mask is None:
+        context = _attend(xp, q, k, v, bias, None, scale, floor, nan_to_zero, nan_value)
+        if targets[5] is not None:
+            return context  # (batch, heads, seq_q, size): the graph's last Reshape
+        return context.reshape(-1, *context.shape[2:])
+    return _as_written(xp, q, k, v, bias, mask, targets, scale, floor, nan_to_zero, nan_value)
+
+
+def _as_written(
+    xp: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    bias: Any,
+    mask: tuple[Any, float, int] | None,
+    targets: tuple[tuple[int, ...] | None, ...],
+    scale: float,
+    floor: float | None,
+    nan_to_zero: int,
+    nan_value: float,
+) -> Any:
+    """The 3-D form step by step, Reshape's rules and errors included (see _merged_heads)."""
+    tq, tk, tv, ts4, ts3, tout = targets
+
+    def reshaped(x: Any, target: tuple[int, ...] | None, what: str) -> Any:
+        if target is None:
+            return x
+        try:
+            return x.reshape(_reshape_target(tuple(x.shape), list(target), 0))
+        except ValueError as e:
+            raise ValueError(f"Attention: {what}: {e}") from None
+
+    q3 = reshaped(q, tq, "query") * q.dtype.type(scale)
+    k3 = reshaped(k.transpose(0, 1, 3, 2), tk, "key")
+    v3 = reshaped(v, tv, "value")
+    scores = reshaped(stacked_matmul(xp, q3, xp.swapaxes(k3, -1, -2)), ts4, "scores")
+    if mask is not None:
+        scores = _masked(xp, scores, *mask)
+    if bias is not None:
+        scores = scores + bias
+    if floor is not None:
+        scores = xp.maximum(scores, scores.dtype.type(floor))
+    scores = reshaped(scores, ts3, "masked scores")
+    probs, _ = _softmax_checked(xp, scores, scores.ndim - 1, False, proof=False)
+    if nan_to_zero and bool(xp.isnan(probs.sum())):
+        xp.copyto(probs, probs.dtype.type(nan_value), where=xp.isnan(probs))
+    return reshaped(stacked_matmul(xp, probs, v3), tout, "context")

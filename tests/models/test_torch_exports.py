@@ -553,3 +553,89 @@ def test_torchscript_export_of_distilbert_attention_fuses() -> None:
         want = module(x, mask).numpy()
     got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": x.numpy(), "mask": mask.numpy()})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _bmm_attention(torch, d: int, heads: int, form: str):
+    """transformers' attention over (batch * heads, seq, size) tensors with torch.bmm (BART,
+    Marian, OPT, CLIP before 4.48): the query scaled before the head split, the mask added on
+    a 4-D view of the scores, OPT's clamp at the float minimum ("opt"), no mask ("nomask"), or
+    a decoder step whose keys and values follow the past ones and are returned ("past")."""
+    size = d // heads
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.k, self.v, self.out = (torch.nn.Linear(d, d) for _ in range(4))
+
+        def _shape(self, t, seq, bsz):
+            return t.view(bsz, seq, heads, size).transpose(1, 2).contiguous()
+
+        def forward(self, x, mask, past_key=None, past_value=None):
+            bsz, tgt, _ = x.size()
+            q = self.q(x) * size**-0.5
+            k, v = self._shape(self.k(x), -1, bsz), self._shape(self.v(x), -1, bsz)
+            if past_key is not None:
+                k, v = torch.cat([past_key, k], dim=2), torch.cat([past_value, v], dim=2)
+            present = (k, v)
+            proj = (bsz * heads, -1, size)
+            q = self._shape(q, tgt, bsz).view(*proj)
+            k, v = k.reshape(*proj), v.reshape(*proj)
+            src = k.size(1)
+            w = torch.bmm(q, k.transpose(1, 2))
+            if form != "nomask":
+                w = w.view(bsz, heads, tgt, src) + mask
+                if form == "opt":
+                    w = torch.max(w, torch.tensor(torch.finfo(w.dtype).min))
+                w = w.view(bsz * heads, tgt, src)
+            o = torch.bmm(torch.nn.functional.softmax(w, dim=-1), v)
+            o = o.view(bsz, heads, tgt, size).transpose(1, 2).reshape(bsz, tgt, d)
+            return (self.out(o), *present) if past_key is not None else self.out(o)
+
+    return Attention()
+
+
+@pytest.mark.parametrize("form", ["bart", "opt", "nomask", "past"])
+def test_torchscript_export_of_bmm_attention_fuses(form: str) -> None:
+    """Attention written with bmm over (batch * heads, seq, size) (BART, OPT, Marian, CLIP
+    before transformers 4.48): one Attention reading the projections (the query's scale and
+    the Reshapes to and from 3-D folded, OPT's clamp kept as the kernel's floor), matching torch
+    at the exported shapes and at others (one session, three runs)."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    d, heads = 32, 4
+    torch.manual_seed(9)
+    module = _bmm_attention(torch, d, heads, form).eval()
+
+    def feeds(b: int, n: int, past: int) -> tuple:
+        past = past if form == "past" else 0
+        mask = torch.zeros(b, 1, n, n + past)
+        mask[..., past + 1 :] = torch.finfo(torch.float32).min  # causal from the first new token
+        mask[-1, ..., : min(2, n + past - 1)] = torch.finfo(torch.float32).min  # left padding
+        if form == "opt":
+            mask[0, :, 0] = -torch.inf  # a row hidden entirely: OPT's clamp makes it uniform, not NaN
+        args = (torch.randn(b, n, d), mask)
+        if form == "past":
+            args += (torch.randn(b, heads, past, d // heads), torch.randn(b, heads, past, d // heads))
+        return args
+
+    names = ["x", "mask", "past_key", "past_value"][: 4 if form == "past" else 2]
+    axes = {"x": {0: "b", 1: "n"}, "mask": {0: "b", 2: "n", 3: "t"}}
+    outputs = ["y"]
+    if form == "past":
+        axes |= {"past_key": {0: "b", 2: "p"}, "past_value": {0: "b", 2: "p"}}
+        outputs += ["present_key", "present_value"]
+    model = _torchscript(torch, module, feeds(2, 5, 3), names, outputs, axes)
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    ops = collections.Counter(n.op_type for n in graph.nodes)
+    assert ops["Attention"] == 1 and not {"Softmax", "MatMul", "Max", "Mul"} & set(ops), dict(ops)
+    fused = next(n for n in graph.nodes if n.op_type == "Attention")
+    assert fused.attrs["merged_heads"] == 1 and fused.attrs.get("floored", 0) == (form == "opt")
+    session = onnxpy.InferenceSession(model.SerializeToString())
+    for b, n, past in ((2, 5, 3), (1, 1, 6), (3, 4, 2)):
+        args = feeds(b, n, past)
+        with torch.no_grad():
+            want = module(*args)
+        inputs = {i.name for i in session.get_inputs()}  # "nomask": the mask is not read
+        got = session.run(None, {k: a.numpy() for k, a in zip(names, args) if k in inputs})
+        for g, w in zip(got, want if form == "past" else (want,), strict=True):
+            np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)

@@ -455,3 +455,73 @@ def test_an_additive_mask_made_by_a_where_and_added_first_fuses() -> None:
     feeds["keep"] = rng.random((2, 1, 1, 5)) < 0.7
     feeds["keep"][..., 0] = True
     _check_numbers(model, feeds)
+
+
+def _bmm_model(batch: int, split: list[int], mask_shape: list[int]) -> onnx.ModelProto:
+    """transformers' bmm form with constant shapes for one batch size: Q (scaled first), K and V
+    split into heads and merged with the batch axis, (batch * heads, seq, size); the scores
+    reshaped to ``split`` for the mask and back; the context reshaped to 4-D, then merged back
+    to (batch, seq, hidden)."""
+    seq, merged = 5, [batch * HEADS, 5, SIZE]
+    inits = {
+        "heads_shape": np.array([batch, seq, HEADS, SIZE], np.int64),
+        "merged3": np.array(merged, np.int64),
+        "split": np.array(split, np.int64),
+        "merge": np.array([batch * HEADS, seq, seq], np.int64),
+        "context4": np.array([batch, HEADS, seq, SIZE], np.int64),
+        "hidden": np.array([batch, seq, HEADS * SIZE], np.int64),
+        "scale": np.array(SIZE**-0.5, np.float32),
+    }
+    nodes = [helper.make_node("Mul", ["q", "scale"], ["q_s"])]
+    for name, source in (("q", "q_s"), ("k", "k"), ("v", "v")):
+        nodes += [
+            helper.make_node("Reshape", [source, "heads_shape"], [f"{name}_r"]),
+            helper.make_node("Transpose", [f"{name}_r"], [f"{name}_h"], perm=[0, 2, 1, 3]),
+            helper.make_node("Reshape", [f"{name}_h", "merged3"], [f"{name}3"]),
+        ]
+    nodes += [
+        helper.make_node("Transpose", ["k3"], ["k3_t"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q3", "k3_t"], ["scores"]),
+        helper.make_node("Reshape", ["scores", "split"], ["scores4"]),
+        helper.make_node("Add", ["scores4", "mask"], ["masked4"]),
+        helper.make_node("Reshape", ["masked4", "merge"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "v3"], ["context"]),
+        helper.make_node("Reshape", ["context", "context4"], ["context_h"]),
+        helper.make_node("Transpose", ["context_h"], ["context_t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["context_t", "hidden"], ["y"]),
+    ]
+    hidden = [batch, seq, HEADS * SIZE]
+    inputs = [vinfo(n, F, hidden) for n in "qkv"] + [vinfo("mask", F, mask_shape)]
+    return make_model(nodes, inputs, [vinfo("y", F, hidden)], inits)
+
+
+@pytest.mark.parametrize(
+    ("batch", "split", "mask_shape"),
+    [
+        (3, [3, HEADS, 5, 5], [3, 1, 5, 5]),  # the form as written: the 4-D computation
+        (3, [HEADS, 3, 5, 5], [1, 3, 5, 5]),  # heads first: the mask spans another axis, as written
+    ],
+    ids=["batch-heads", "heads-batch"],
+)
+def test_attention_over_batch_times_heads_fuses_and_keeps_its_reshapes_meaning(
+    batch: int, split: list[int], mask_shape: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bmm form fuses into one Attention whatever its Reshapes' shapes; where they do not
+    split the batch and head axes as the form intends (heads first here), the kernel computes
+    each step as the graph wrote it, and the numbers still match."""
+    from onnxpy.ops import fused_attention
+
+    written = []
+    step_by_step = fused_attention._as_written
+    monkeypatch.setattr(fused_attention, "_as_written", lambda *a: written.append(1) or step_by_step(*a))
+    model = _bmm_model(batch, split, mask_shape)
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    ops = collections.Counter(n.op_type for n in graph.nodes)
+    assert ops["Attention"] == 1 and not {"Softmax", "MatMul", "Mul"} & set(ops), dict(ops)
+    rng = np.random.default_rng(5)
+    feeds = {n: rng.standard_normal((batch, 5, HEADS * SIZE)).astype(np.float32) for n in "qkv"}
+    feeds["mask"] = np.where(rng.random(mask_shape) < 0.3, -1e9, 0).astype(np.float32)
+    assert_optimized_matches(model, feeds, rtol=1e-5, atol=1e-6)
+    assert bool(written) == (split[0] != batch)  # the 4-D computation where the shapes allow it

@@ -87,11 +87,20 @@ def _scalar_factor(graph: Graph, node: Node, x: str) -> float | None:
 
 
 def _split_heads(
-    graph: Graph, uses: Uses, name: str, reader: Node, perm: list[int], nodes: list[Node], keep: set[int]
+    graph: Graph,
+    uses: Uses,
+    name: str,
+    reader: Node,
+    perm: list[int],
+    nodes: list[Node],
+    keep: set[int],
+    pre_scale: bool = False,
 ) -> tuple[str, str, float] | None:
     """(projection, its Reshape shape, scale) when ``name``, read by ``reader`` (and Shape
-    nodes), is [scale *] Transpose<perm>(Reshape(projection)). The matched nodes go to
-    ``nodes``; the ids of those that must stay for Shape readers (and what feeds them) to
+    nodes), is [scale *] Transpose<perm>(Reshape(projection)); with ``pre_scale`` (queries and
+    keys, whose factors scale the scores alike) also Transpose<perm>(Reshape(projection *
+    scale)), the scale BART, OPT and CLIP apply to the query projection. The matched nodes go
+    to ``nodes``; the ids of those that must stay for Shape readers (and what feeds them) to
     ``keep``."""
     chain: list[tuple[Node, bool]] = []  # (node, its output has Shape readers)
     scale = 1.0
@@ -116,6 +125,15 @@ def _split_heads(
     if reshape_shapes is None or graph.elem_type(reshape.inputs[0]) not in (1, 11, None):
         return None
     chain += [(node, shapes), (reshape, reshape_shapes)]
+    source = reshape.inputs[0]
+    pre = uses.producer.get(source)
+    if pre_scale and (_plain(pre, "Mul") or _plain(pre, "Div")) and uses.only_reader(source) is reshape:
+        assert pre is not None
+        x = pre.inputs[0] if pre.op_type == "Div" else next((i for i in pre.inputs if constant(graph, i) is None), "")
+        factor = _scalar_factor(graph, pre, x) if x else None
+        if factor is not None and graph.elem_type(x) in (1, 11, None):
+            chain.append((pre, False))
+            scale, source = scale * factor, x
     # A node kept for its Shape readers keeps the nodes upstream of it as well.
     kept = False
     for n, read_by_shape in chain:
@@ -123,7 +141,7 @@ def _split_heads(
         nodes.append(n)
         if kept:
             keep.add(id(n))
-    return reshape.inputs[0], reshape.inputs[1], scale
+    return source, reshape.inputs[1], scale
 
 
 def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] | None:
@@ -177,10 +195,10 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
     assert node is not None
     nodes.append(node)
     keep: set[int] = set()
-    q = _split_heads(graph, uses, node.inputs[0], node, _HEADS, nodes, keep) or _query_per_head(
+    q = _split_heads(graph, uses, node.inputs[0], node, _HEADS, nodes, keep, pre_scale=True) or _query_per_head(
         graph, uses, node.inputs[0], node, nodes
     )
-    k = _split_heads(graph, uses, node.inputs[1], node, _KEYS_T, nodes, keep) or _given_per_head(
+    k = _split_heads(graph, uses, node.inputs[1], node, _KEYS_T, nodes, keep, pre_scale=True) or _given_per_head(
         graph, uses, node.inputs[1], node, nodes
     )
     if q is None or k is None:
@@ -234,6 +252,143 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
         1,
     )
     return fused, [n for n in nodes if id(n) not in keep]
+
+
+def _merged(
+    graph: Graph, uses: Uses, name: str, reader: Node, nodes: list[Node], keep: set[int], pre_scale: bool
+) -> tuple[str, str, float, str] | None:
+    """(projection, its 4-D Reshape shape, scale, the 3-D Reshape shape) when ``name``, read
+    by ``reader`` (and Shape nodes), is Reshape(Transpose<0,2,1,3>(Reshape(projection)), shape):
+    heads split, then merged with the batch axis, (batch * heads, seq, size); or (x, "", 1, the
+    3-D shape) for Reshape(x, shape) of any 4-D x, taken as given per head. The matched nodes
+    go to ``nodes``, those kept for Shape readers (and all under them) to ``keep``."""
+    merge = uses.producer.get(name)
+    if not _plain(merge, "Reshape") or merge is None or len(merge.inputs) < 2 or merge.attrs.get("allowzero", 0):
+        return None
+    shapes = _shape_readers(uses, name, reader)
+    if shapes is None:
+        return None
+    inner: list[Node] = []
+    inner_keep: set[int] = set()
+    heads = _split_heads(graph, uses, merge.inputs[0], merge, _HEADS, inner, inner_keep, pre_scale)
+    if heads is None:
+        # Given per head (a decoder's keys with the past ones in front, also returned as its
+        # present state): read as it is.
+        given = merge.inputs[0]
+        if _rank(graph, given) != 4 or graph.elem_type(given) not in (1, 11, None):
+            return None
+        heads = (given, "", 1.0)
+    nodes += [merge, *inner]
+    keep.update({id(merge), *(id(n) for n in inner)} if shapes else inner_keep)
+    return heads[0], heads[1], heads[2], merge.inputs[1]
+
+
+def _match_merged(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] | None:
+    """(the fused node, the nodes it replaces) for attention written over (batch * heads, seq,
+    size) tensors, transformers' bmm form (BART, OPT, Marian, CLIP before 4.48):
+
+        Q3 = Reshape(Transpose<0,2,1,3>(Reshape(q [* c], sq)), mq)       (K3, V3 alike)
+        S = MatMul(Q3, Transpose<0,2,1>(K3)) [* or / scalar]
+        [S = Reshape([Max](Reshape(S, split) + mask, floor), merge)]     the mask added in 4-D
+        O = MatMul(Softmax(S, axis=-1), V3) [-> Reshape(O, (batch, heads, seq, size))]
+
+    The Attention takes the projections and every Reshape's shape (inputs 12-17,
+    ``merged_heads``); the kernel checks at run time that they merge and split the batch and
+    head axes as intended, and computes each step as written where they do not."""
+    axis = int(softmax.attrs.get("axis", -1 if softmax.opset >= 13 else 1))
+    if axis != -1 and not (axis == 2 and _rank(graph, softmax.inputs[0]) == 3):
+        return None
+    nodes: list[Node] = [softmax]
+    reader, name = softmax, softmax.inputs[0]
+    node = uses.producer.get(name)
+    split, merge, bias, floor = "", "", "", None
+    if _plain(node, "Reshape") and _sole(uses, name, reader):
+        assert node is not None
+        if len(node.inputs) < 2 or node.attrs.get("allowzero", 0):
+            return None
+        merge = node.inputs[1]
+        nodes.append(node)
+        reader, name, node = node, node.inputs[0], uses.producer.get(node.inputs[0])
+        if _plain(node, "Max") and _sole(uses, name, reader):
+            assert node is not None
+            values = [scalar_value(constant(graph, i)) for i in node.inputs]
+            if len(node.inputs) != 2 or values.count(None) != 1:
+                return None
+            floor = next(v for v in values if v is not None)
+            nodes.append(node)
+            reader, name = node, node.inputs[values.index(None)]
+            node = uses.producer.get(name)
+        if not _plain(node, "Add") or not _sole(uses, name, reader):
+            return None
+        assert node is not None
+        found = [i for i in node.inputs if _split_scores(uses, i)]
+        if len(found) != 1 or node.inputs.count(found[0]) != 1:
+            return None
+        bias = node.inputs[1] if node.inputs[0] == found[0] else node.inputs[0]
+        nodes.append(node)
+        reader, name = node, found[0]
+        node = uses.producer.get(name)
+        if not _sole(uses, name, reader):
+            return None
+        assert node is not None
+        split = node.inputs[1]
+        nodes.append(node)
+        reader, name, node = node, node.inputs[0], uses.producer.get(node.inputs[0])
+    scale = 1.0
+    if (_plain(node, "Mul") or _plain(node, "Div")) and _sole(uses, name, reader):
+        assert node is not None
+        inner = node.inputs[0]
+        factor = _scalar_factor(graph, node, inner) if _plain(uses.producer.get(inner), "MatMul") else None
+        if factor is None:
+            return None
+        nodes.append(node)
+        scale, reader, name, node = factor, node, inner, uses.producer.get(inner)
+    if not _plain(node, "MatMul") or not _sole(uses, name, reader):
+        return None
+    assert node is not None
+    nodes.append(node)
+    keep: set[int] = set()
+    q = _merged(graph, uses, node.inputs[0], node, nodes, keep, True)
+    kt = uses.producer.get(node.inputs[1])
+    if q is None or not _plain(kt, "Transpose") or not _sole(uses, node.inputs[1], node):
+        return None
+    assert kt is not None
+    if list(kt.attrs.get("perm", [])) != [0, 2, 1]:
+        return None
+    nodes.append(kt)
+    k = _merged(graph, uses, kt.inputs[0], kt, nodes, keep, True)
+    probs = softmax.outputs[0]
+    mm2 = uses.only_reader(probs)
+    if k is None or not _plain(mm2, "MatMul") or mm2 is None or mm2.inputs[0] != probs:
+        return None
+    nodes.append(mm2)
+    v = _merged(graph, uses, mm2.inputs[1], mm2, nodes, keep, False)
+    if v is None or v[2] != 1.0:
+        return None
+    tail, last = mm2, ""
+    after = uses.only_reader(mm2.outputs[0])
+    if _plain(after, "Reshape") and after is not None and len(after.inputs) > 1 and not after.attrs.get("allowzero", 0):
+        nodes.append(after)
+        tail, last = after, after.inputs[1]
+    attrs: dict[str, float | int] = {
+        "scale": float(scale * q[2] * k[2]), "nan_to_zero": 0, "nan_value": 0.0, "merged_heads": 1,
+    }  # fmt: skip
+    for flag, found in (("query_heads", q), ("key_heads", k), ("value_heads", v)):
+        if not found[1]:
+            attrs[flag] = 1
+    if floor is not None:
+        attrs["floor"], attrs["floored"] = float(floor), 1
+    inputs = [q[0], k[0], v[0], q[1], k[1], v[1], bias, "", "", "", "", "", q[3], k[3], v[3], split, merge, last]
+    fused = Node("Attention", inputs, [tail.outputs[0]], attrs, softmax.name or "attention", FUSED_DOMAIN, 1)
+    return fused, [n for n in nodes if id(n) not in keep]
+
+
+def _split_scores(uses: Uses, name: str) -> bool:
+    """``name`` is Reshape of a [scaled] product: 3-D scores viewed in 4-D for the mask."""
+    node = uses.producer.get(name)
+    if not _plain(node, "Reshape") or node is None or len(node.inputs) < 2 or node.attrs.get("allowzero", 0):
+        return False
+    return _plain(uses.producer.get(node.inputs[0]), "MatMul") or _scaled(uses, node.inputs[0])
 
 
 def _scores_source(uses: Uses, name: str) -> bool:
@@ -353,7 +508,7 @@ def run(graph: Graph) -> bool:
     for node in list(graph.nodes):
         if not _plain(node, "Softmax") or not sweep.fresh(node):
             continue
-        m = _match(graph, sweep.uses, node)
+        m = _match(graph, sweep.uses, node) or _match_merged(graph, sweep.uses, node)
         if m is None or not sweep.fresh(*m[1]):
             continue
         fused, dead = m
