@@ -748,6 +748,47 @@ def reshape_shape(xp: Any, input_shape: Any, shape: Any, *, allowzero: int = 0) 
     return np.array(_reshape_target(dims, host_ints(shape), allowzero), dtype=np.int64)
 
 
+@op("ExpandShape", 1, domain=DOMAIN, host_inputs=(0, 1))
+def expand_shape(xp: Any, input_shape: Any, shape: Any) -> Any:
+    """The shape Expand(x, ``shape``) gives an x of shape ``input_shape``: the two broadcast, with
+    Expand's error when they cannot (optimizer/passes/shape_of_views.py: repeat_kv's Expand,
+    whose copy the fused Attention no longer needs, keeps only its Shape readers)."""
+    dims, target = host_ints(input_shape), host_ints(shape)
+    try:
+        out = np.broadcast_shapes(tuple(dims), tuple(target))
+    except ValueError:
+        raise ValueError(f"cannot expand shape {dims} to {target}") from None
+    return np.array(out, dtype=np.int64)
+
+
+@op("UnsqueezeShape", 1, domain=DOMAIN, host_inputs=(0, 1))
+def unsqueeze_shape(xp: Any, input_shape: Any, axes: Any) -> Any:
+    """The shape Unsqueeze(x, ``axes``) gives an x of shape ``input_shape``, by Unsqueeze's rules
+    and errors (axes in range of the output's rank, none repeated)."""
+    from ._compat import normalize_axes
+
+    dims, ax = host_ints(input_shape), host_ints(axes)
+    for a in sorted(normalize_axes(ax, len(dims) + len(ax))):
+        dims.insert(a, 1)
+    return np.array(dims, dtype=np.int64)
+
+
+@op("SqueezeShape", 1, domain=DOMAIN, host_inputs=(0, 1))
+def squeeze_shape(xp: Any, input_shape: Any, axes: Any = None) -> Any:
+    """The shape Squeeze(x, ``axes``) gives an x of shape ``input_shape``, by Squeeze's rules and
+    errors (no axes: every axis of size 1; a named axis must have size 1)."""
+    from ._compat import normalize_axes
+
+    dims = host_ints(input_shape)
+    ax = normalize_axes(host_ints(axes), len(dims))
+    if not ax:
+        return np.array([d for d in dims if d != 1], dtype=np.int64)
+    for a in ax:
+        if dims[a] != 1:
+            raise ValueError(f"cannot squeeze axis {a} of shape {dims}: its size is {dims[a]}, not 1")
+    return np.array([d for i, d in enumerate(dims) if i not in ax], dtype=np.int64)
+
+
 # Distinct input-shape sets remembered per ShapeMemo node (oldest forgotten first).
 SHAPE_MEMO_ENTRIES = 32
 _MEMO_LOCK = threading.Lock()

@@ -236,6 +236,23 @@ def attr(node: Node, name: str, default: Any = None) -> Any:
     return node.attrs.get(name, default)
 
 
+# Views a Shape may read through (torch's scaled_dot_product_attention takes the causal mask's
+# size from the keys after a permute that the product reads merged with the transpose).
+_SHAPE_VIEWS = ("Transpose", "Reshape", "Squeeze", "Unsqueeze")
+
+
+def shapes_only(uses: Uses, reader: Node, depth: int = 0) -> bool:
+    """``reader`` is a Shape node, or a view whose result only Shape nodes read (through views):
+    it reads its input for the input's shape alone."""
+    if not reader.domain and reader.op_type == "Shape":
+        return True
+    if depth >= 3 or reader.domain or reader.op_type not in _SHAPE_VIEWS or len(reader.outputs) != 1:
+        return False
+    out = reader.outputs[0]
+    readers = uses.readers_of(out)
+    return bool(readers) and out not in uses.graph_outputs and all(shapes_only(uses, r, depth + 1) for r in readers)
+
+
 def scalar_value(arr: np.ndarray | None) -> float | None:
     if arr is None or arr.size != 1 or arr.dtype.kind not in "fiu":
         return None

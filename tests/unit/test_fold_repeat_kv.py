@@ -13,6 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import onnxpy
 from onnxpy.ops import fused_attention
 from onnxpy.optimizer.manager import optimize
 from onnxpy.runtime.compile import build_graph
@@ -180,3 +181,104 @@ def test_shapes_that_are_not_a_repetition_get_the_nodes_copy() -> None:
     )
     with pytest.raises(ValueError, match="cannot expand key"):
         fused_attention._repeated_heads(x, [1, KV + 1, GROUP, 3, SIZE], [0, -1, 3, SIZE], 0, "key")
+
+
+# -- repeated keys also read for their shape ------------------------------------------------------
+
+
+def _shape_read_model(reader: str, *, dynamic_expand: bool = False) -> onnx.ModelProto:
+    """The grouped-query attention of ``_gqa_model``, with its mask sliced to the repeated keys'
+    length as transformers' eager attention does (``mask[:, :, :, : key_states.shape[-2]]``), read
+    by ``reader``: "window" (Shape with start and end on the repeated keys), "gather" (Shape,
+    Gather and Unsqueeze, as torch exports ``.shape[-2]``) or "expanded" (Shape of the Expand's
+    output). The shapes of the chain's three values are graph outputs too; ``dynamic_expand``:
+    the Expand's shape is a graph input, so runs may give shapes that make no repetition."""
+    inits = {
+        "axes": np.array([2], np.int64),
+        "heads_shape": np.array([0, HEADS, -1, SIZE], np.int64),
+        "root_size": np.array(np.sqrt(SIZE), np.float32),
+        "zero": np.array([0], np.int64),
+        "last_axis": np.array([3], np.int64),
+        "two": np.array(2, np.int64),
+    }
+    inputs = [vinfo("q", F, ["b", HEADS, "s", SIZE]), vinfo("mask", F, ["b", 1, "s", "m"])]
+    inputs += [vinfo(n, F, ["b", KV, "t", SIZE]) for n in ("key", "value")]
+    if dynamic_expand:
+        inputs.append(vinfo("expand_shape", TensorProto.INT64, [5]))
+    else:
+        inits["expand_shape"] = np.array([1, KV, GROUP, 1, 1], np.int64)
+    nodes = []
+    for name in ("key", "value"):
+        nodes += [
+            helper.make_node("Unsqueeze", [name, "axes"], [f"{name}_u"]),
+            helper.make_node("Expand", [f"{name}_u", "expand_shape"], [f"{name}_e"], name=f"{name}_expand"),
+            helper.make_node("Reshape", [f"{name}_e", "heads_shape"], [f"{name}_rep"]),
+        ]
+    if reader == "window":
+        nodes.append(helper.make_node("Shape", ["key_rep"], ["key_len"], start=-2, end=-1))
+    elif reader == "gather":
+        nodes += [
+            helper.make_node("Shape", ["key_rep"], ["key_dims"]),
+            helper.make_node("Gather", ["key_dims", "two"], ["key_len0"], axis=0),
+            helper.make_node("Unsqueeze", ["key_len0", "zero"], ["key_len"]),
+        ]
+    else:
+        nodes.append(helper.make_node("Shape", ["key_e"], ["key_len"], start=3, end=4))
+    nodes += [helper.make_node("Shape", [f"key_{v}"], [f"key_{v}_shape"]) for v in ("u", "e", "rep")]
+    nodes += [
+        helper.make_node("Slice", ["mask", "zero", "key_len", "last_axis"], ["mask_cut"]),
+        helper.make_node("Transpose", ["key_rep"], ["key_t"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "key_t"], ["scores"]),
+        helper.make_node("Div", ["scores", "root_size"], ["scores_d"]),
+        helper.make_node("Add", ["scores_d", "mask_cut"], ["scores_m"]),
+        helper.make_node("Softmax", ["scores_m"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "value_rep"], ["y"]),
+    ]
+    outputs = [vinfo("y", F, ["b", HEADS, "s", SIZE])]
+    outputs += [vinfo(f"key_{v}_shape", TensorProto.INT64, None) for v in ("u", "e", "rep")]
+    return make_model(nodes, inputs, outputs, initializers=inits)
+
+
+def _shape_read_feeds(batch: int, seq: int, t: int, spare: int = 3) -> dict[str, np.ndarray]:
+    """Keys and values of length ``t``, and a causal mask ``spare`` columns longer (junk there:
+    only the slice to the keys' length makes the product's shapes agree)."""
+    rng = np.random.default_rng(batch * 100 + seq * 10 + t)
+    feeds = {"q": rng.standard_normal((batch, HEADS, seq, SIZE)).astype(np.float32)}
+    for name in ("key", "value"):
+        feeds[name] = rng.standard_normal((batch, KV, t, SIZE)).astype(np.float32)
+    mask = np.full((batch, 1, seq, t + spare), 5.0, np.float32)
+    mask[..., :t] = np.triu(np.full((seq, t), -1e9, np.float32), t - seq + 1)
+    feeds["mask"] = mask
+    return feeds
+
+
+@pytest.mark.parametrize("reader", ["window", "gather", "expanded"])
+def test_repeat_kv_read_for_its_shape_still_folds(reader: str) -> None:
+    model = _shape_read_model(reader)
+    graph = build_graph(model)
+    optimize(graph, 99, host_only=True)
+    (attention,) = [n for n in graph.nodes if n.op_type == "Attention"]
+    assert attention.attrs["kv_repeat"] == 1 and attention.inputs[1:3] == ["key", "value"]
+    # the chain is gone: its Shape readers compute from the keys' shape instead (memoized)
+    assert not {"Unsqueeze", "Expand", "Reshape"} & {n.op_type for n in graph.nodes}
+    for batch, seq, t in [(1, 1, 7), (2, 3, 5), (2, 3, 3), (1, 1, 7)]:
+        assert_optimized_matches(model, _shape_read_feeds(batch, seq, t), rtol=1e-5, atol=1e-6)
+
+
+def test_shape_readers_get_the_copys_shape_when_it_is_no_repetition() -> None:
+    model = _shape_read_model("window", dynamic_expand=True)
+    assert _optimized_ops(model)["Expand"] == 0
+    feeds = _shape_read_feeds(2, 1, 1, spare=4)
+    for expand_shape in ([1, KV, GROUP, 1, 1], [2, KV, GROUP, 4, 1], [1, 1, GROUP, 1, 1]):
+        # a repetition; the one key broadcast to 4 tokens (the kernel makes the copy, and the
+        # mask is cut to 4 columns); KV heads kept as given (a repetition of 1, broadcast)
+        feeds["expand_shape"] = np.array(expand_shape, np.int64)
+        assert_optimized_matches(model, feeds, rtol=1e-5, atol=1e-6)
+
+
+def test_an_expand_shape_that_does_not_broadcast_still_fails_the_run() -> None:
+    model = _shape_read_model("window", dynamic_expand=True)
+    feeds = dict(_shape_read_feeds(1, 1, 2), expand_shape=np.array([1, KV + 1, GROUP, 1, 1], np.int64))
+    # the Expand's shape is computed for the Shape readers now: its error, named after the Expand
+    with pytest.raises(onnxpy.OnnxpyError, match=r"'key_expand \(shape\)'.*cannot expand shape \[1, 2, 1, 2, 4\]"):
+        onnxpy.InferenceSession(model.SerializeToString()).run(None, feeds)

@@ -27,7 +27,7 @@ scalar factors combine into one ``scale`` applied to Q.
 from __future__ import annotations
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant, scalar_value
+from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant, scalar_value, shapes_only
 
 _HEADS = [0, 2, 1, 3]  # (batch, seq, heads, size) <-> (batch, heads, seq, size)
 _KEYS_T = [0, 2, 3, 1]  # (batch, seq, heads, size) -> (batch, heads, size, seq)
@@ -50,25 +50,9 @@ def _shape_readers(uses: Uses, name: str, node: Node) -> bool | None:
     if node not in readers or name in uses.graph_outputs:
         return None
     others = [r for r in readers if r is not node]
-    if any(not _shapes_only(uses, r) for r in others):
+    if any(not shapes_only(uses, r) for r in others):
         return None
     return bool(others)
-
-
-# Views a Shape may read through (torch's scaled_dot_product_attention takes the causal mask's
-# size from the keys after a permute that the product reads merged with the transpose).
-_VIEWS = ("Transpose", "Reshape", "Squeeze", "Unsqueeze")
-
-
-def _shapes_only(uses: Uses, reader: Node, depth: int = 0) -> bool:
-    """``reader`` is a Shape node, or a view whose result only Shape nodes read (through views)."""
-    if _plain(reader, "Shape"):
-        return True
-    if depth >= 3 or reader.domain or reader.op_type not in _VIEWS or len(reader.outputs) != 1:
-        return False
-    out = reader.outputs[0]
-    readers = uses.readers_of(out)
-    return bool(readers) and out not in uses.graph_outputs and all(_shapes_only(uses, r, depth + 1) for r in readers)
 
 
 def _scalar_factor(graph: Graph, node: Node, x: str) -> float | None:

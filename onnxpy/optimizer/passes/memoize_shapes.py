@@ -37,7 +37,7 @@ _NONDETERMINISTIC = frozenset(
 
 
 # onnxpy's own ops that compute on shapes alone (shape_of_views.py writes them).
-_FUSED_SHAPE_OPS = frozenset({"ReshapeShape"})
+_FUSED_SHAPE_OPS = frozenset({"ReshapeShape", "ExpandShape", "UnsqueezeShape", "SqueezeShape"})
 
 
 def _sources(graph: Graph) -> dict[int, frozenset[str]]:
