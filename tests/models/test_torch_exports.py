@@ -639,3 +639,80 @@ def test_torchscript_export_of_bmm_attention_fuses(form: str) -> None:
         got = session.run(None, {k: a.numpy() for k, a in zip(names, args) if k in inputs})
         for g, w in zip(got, want if form == "past" else (want,), strict=True):
             np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_torchscript_export_of_gpt_neo_attention_with_a_sliced_causal_buffer_fuses() -> None:
+    """GPT-Neo's _attn: per-head q, k, v (its keys after the past ones), the bool causal buffer
+    sliced to [k.size(-2) - q.size(-2) : k.size(-2)] (a Shape node reads the queries too), the
+    Where, the additive mask: one Attention, matching torch at two shapes."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    heads, size, longest = 4, 8, 32
+
+    class Core(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            causal = torch.tril(torch.ones(longest, longest, dtype=torch.bool)).view(1, 1, longest, longest)
+            self.register_buffer("bias", causal, persistent=False)
+
+        def forward(self, q, k, v, attention_mask):
+            ql, kl = q.size(-2), k.size(-2)
+            w = torch.matmul(q, k.transpose(-1, -2))
+            w = torch.where(self.bias[:, :, kl - ql : kl, :kl], w, torch.tensor(torch.finfo(w.dtype).min))
+            return torch.matmul(torch.nn.functional.softmax(w + attention_mask, dim=-1), v)
+
+    def feeds(b: int, s: int, past: int) -> tuple:
+        mask = torch.zeros(b, 1, 1, past + s)
+        mask[-1, ..., :2] = torch.finfo(torch.float32).min
+        return (torch.randn(b, heads, s, size), *(torch.randn(b, heads, past + s, size) for _ in range(2)), mask)
+
+    torch.manual_seed(10)
+    module, names = Core().eval(), ["q", "k", "v", "attention_mask"]
+    axes = {"q": {0: "b", 2: "s"}, "k": {0: "b", 2: "t"}, "v": {0: "b", 2: "t"}, "attention_mask": {0: "b", 3: "t"}}
+    model = _torchscript(torch, module, feeds(2, 3, 5), names, ["o"], axes)
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    ops = collections.Counter(n.op_type for n in graph.nodes)
+    assert ops["Attention"] == 1 and not {"Softmax", "MatMul", "Where"} & set(ops), dict(ops)
+    session = onnxpy.InferenceSession(model.SerializeToString())
+    for shape in ((2, 3, 5), (1, 1, 9)):
+        args = feeds(*shape)
+        with torch.no_grad():
+            want = module(*args).numpy()
+        got = session.run(None, {n: a.numpy() for n, a in zip(names, args)})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("order", ["bias_then_mask", "mask_then_bias"])
+def test_torchscript_export_of_attention_with_two_additive_terms_fuses(order: str) -> None:
+    """Scores plus a relative-position bias, then plus a padding mask (Swin before its 5-D view,
+    BEiT, T5 encoders), each its own Add: one Attention adding their sum, matching torch."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    d, heads, n = 32, 4, 9
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.register_buffer("rel_bias", torch.randn(1, heads, n, n))
+
+        def forward(self, x, mask):
+            b, t, c = x.shape
+            q, k, v = self.qkv(x).reshape(b, t, 3, heads, c // heads).permute(2, 0, 3, 1, 4).unbind(0)
+            attn = (q * (c // heads) ** -0.5) @ k.transpose(-2, -1)
+            first, second = (self.rel_bias, mask) if order == "bias_then_mask" else (mask, self.rel_bias)
+            attn = (attn + first) + second
+            return self.proj((attn.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c))
+
+    torch.manual_seed(11)
+    module = Block().eval()
+    x, mask = torch.randn(2, n, d), torch.zeros(2, 1, 1, n)
+    mask[1, ..., 6:] = -1e4
+    model = _torchscript(torch, module, (x, mask), ["x", "mask"], ["y"], {"x": {0: "b"}, "mask": {0: "b"}})
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    ops = collections.Counter(n.op_type for n in graph.nodes)
+    assert ops["Attention"] == 1 and ops["Add"] == 1 and not {"Softmax", "MatMul"} & set(ops), dict(ops)
+    with torch.no_grad():
+        want = module(x, mask).numpy()
+    got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": x.numpy(), "mask": mask.numpy()})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -27,7 +27,7 @@ scalar factors combine into one ``scale`` applied to Q.
 from __future__ import annotations
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant, scalar_value, shapes_only
+from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant, fresh_name, scalar_value, shapes_only
 
 _HEADS = [0, 2, 1, 3]  # (batch, seq, heads, size) <-> (batch, heads, seq, size)
 _KEYS_T = [0, 2, 3, 1]  # (batch, seq, heads, size) -> (batch, heads, size, seq)
@@ -128,8 +128,8 @@ def _split_heads(
     return source, reshape.inputs[1], scale
 
 
-def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] | None:
-    """(the fused node, the nodes it replaces) for the attention around ``softmax``."""
+def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node], list[Node]] | None:
+    """(the fused node, the nodes it replaces, nodes to add) for the attention around ``softmax``."""
     axis = int(softmax.attrs.get("axis", -1 if softmax.opset >= 13 else 1))
     rank = len(graph.shape(softmax.inputs[0]) or [])
     if axis != -1 and not (rank == 4 and axis == 3):
@@ -138,15 +138,25 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
     # Upwards: [+ mask] [Where(condition, scores, fill)] [* or / scalar] MatMul(Q, K).
     scores, bias, scale = softmax.inputs[0], "", 1.0
     node = uses.producer.get(scores)
+    added: list[Node] = []
     if _plain(node, "Add") and _sole(uses, scores, softmax):
         assert node is not None
+        pair = _two_terms(graph, uses, node)
+        if pair is not None:
+            # (S + a) + b, a relative-position bias then a mask (Swin, BEiT, T5): S + (a + b).
+            inner, total = pair
+            nodes.append(node)
+            added.append(total)
+            scores, node = inner.outputs[0], inner
         found_scores = [i for i in node.inputs if _scores_source(uses, i)]
         # A product before a Where: the mask itself may be a Where (Where(keep, 0, -inf)).
         mm = next((i for i in found_scores if not _plain(uses.producer.get(i), "Where")), None)
         mm = mm or (found_scores[0] if found_scores else None)
         if mm is None or node.inputs.count(mm) != 1:
             return None
-        bias = node.inputs[1] if node.inputs[0] == mm else node.inputs[0]
+        bias = added[0].outputs[0] if added else node.inputs[1] if node.inputs[0] == mm else node.inputs[0]
+        if added:
+            added[0].inputs[0] = node.inputs[1] if node.inputs[0] == mm else node.inputs[0]
         nodes.append(node)
         reader, scores, node = node, mm, uses.producer.get(mm)
     else:
@@ -235,7 +245,24 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] |
         FUSED_DOMAIN,
         1,
     )
-    return fused, [n for n in nodes if id(n) not in keep]
+    return fused, [n for n in nodes if id(n) not in keep], added
+
+
+def _two_terms(graph: Graph, uses: Uses, outer: Node) -> tuple[Node, Node] | None:
+    """(inner, Add(a, b)) where ``outer`` is Add(Add(S, a), b) in either order, S a product of
+    Q and K [scaled] and neither a nor b one, the inner Add read by ``outer`` alone; the new
+    node's first input is filled in by the caller."""
+    if len(outer.inputs) != 2 or any(_scores_source(uses, i) for i in outer.inputs):
+        return None
+    for i, name in enumerate(outer.inputs):
+        inner = uses.producer.get(name)
+        if not _plain(inner, "Add") or inner is None or not _sole(uses, name, outer) or len(inner.inputs) != 2:
+            continue
+        if sum(_scores_source(uses, j) for j in inner.inputs) != 1:
+            continue
+        total = fresh_name(graph, f"{outer.outputs[0]}_terms")
+        return inner, Node("Add", ["", outer.inputs[1 - i]], [total], name=total, opset=outer.opset)
+    return None
 
 
 def _merged(
@@ -267,8 +294,8 @@ def _merged(
     return heads[0], heads[1], heads[2], merge.inputs[1]
 
 
-def _match_merged(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node]] | None:
-    """(the fused node, the nodes it replaces) for attention written over (batch * heads, seq,
+def _match_merged(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node], list[Node]] | None:
+    """(the fused node, the nodes it replaces, none to add) for attention written over (batch * heads, seq,
     size) tensors, transformers' bmm form (BART, OPT, Marian, CLIP before 4.48):
 
         Q3 = Reshape(Transpose<0,2,1,3>(Reshape(q [* c], sq)), mq)       (K3, V3 alike)
@@ -364,7 +391,7 @@ def _match_merged(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[N
         attrs["floor"], attrs["floored"] = float(floor), 1
     inputs = [q[0], k[0], v[0], q[1], k[1], v[1], bias, "", "", "", "", "", q[3], k[3], v[3], split, merge, last]
     fused = Node("Attention", inputs, [tail.outputs[0]], attrs, softmax.name or "attention", FUSED_DOMAIN, 1)
-    return fused, [n for n in nodes if id(n) not in keep]
+    return fused, [n for n in nodes if id(n) not in keep], []
 
 
 def _split_scores(uses: Uses, name: str) -> bool:
@@ -472,7 +499,11 @@ def _query_per_head(
             return None
         nodes.append(node)
         return inner, "", factor
-    if _rank(graph, name) != 4 or graph.elem_type(name) not in (1, 11, None) or not _sole(uses, name, reader):
+    if _rank(graph, name) != 4 or graph.elem_type(name) not in (1, 11, None):
+        return None
+    # Shape readers may stay (GPT-Neo slices its causal buffer to query.size(-2)): the fused
+    # node reads the queries as they are.
+    if _shape_readers(uses, name, reader) is None:
         return None
     return name, "", scale
 
@@ -495,8 +526,10 @@ def run(graph: Graph) -> bool:
         m = _match(graph, sweep.uses, node) or _match_merged(graph, sweep.uses, node)
         if m is None or not sweep.fresh(*m[1]):
             continue
-        fused, dead = m
+        fused, dead, added = m
         tail = next(d for d in dead if d.outputs == fused.outputs)  # MatMul(P, V): the fused node takes its place
+        for node in added:
+            sweep.add(node)
         sweep.replace(tail, fused)
         sweep.remove(*[d for d in dead if d is not tail])
     return sweep.finish()
