@@ -72,6 +72,14 @@ def _repeated_heads(
     return xp.broadcast_to(lifted, wide).reshape(target), 1, None
 
 
+def _one_value(factor: Any, what: str) -> float:
+    """A scale factor computed at run time (inputs 18-19), which must hold one value."""
+    values = np.asarray(factor).reshape(-1)
+    if values.size != 1:
+        raise ValueError(f"Attention: the {what} scale factor must hold one value, got shape {list(np.shape(factor))}")
+    return float(values[0])
+
+
 def _ints(v: Any) -> tuple[int, ...]:
     return tuple(v.tolist()) if isinstance(v, np.ndarray) and v.ndim == 1 else tuple(host_ints(v))
 
@@ -160,7 +168,7 @@ def _masked(xp: Any, scores: Any, condition: Any, fill: float, keep: int) -> Any
     return xp.where(hide, scores.dtype.type(fill), scores)
 
 
-@op("Attention", 1, domain=DOMAIN, host_inputs=(3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17))
+@op("Attention", 1, domain=DOMAIN, host_inputs=(3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19))
 def attention(
     xp: Any,
     query: Any,
@@ -181,6 +189,8 @@ def attention(
     scores_split: Any = None,
     scores_merge: Any = None,
     output_split: Any = None,
+    query_factor: Any = None,
+    key_factor: Any = None,
     *,
     scale: float = 1.0,
     nan_to_zero: int = 0,
@@ -220,8 +230,15 @@ def attention(
     (transformers' bmm form); inputs 12-17 are the shapes of its Reshapes of Q, K and V to
     3-D, of the scores to 4-D before the mask and back after it, and of the context to 4-D
     (the last three optional), and the result is what the graph had after its last one (see
-    _merged_heads). ``floored``: the masked scores went through Max(scores, ``floor``) (OPT)."""
+    _merged_heads). ``floored``: the masked scores went through Max(scores, ``floor``) (OPT).
+
+    ``query_factor`` / ``key_factor`` (inputs 18-19, one value each): factors of Q and K^T
+    computed at run time, which multiply ``scale`` (torch's SDPA export takes its default scale
+    from the head size, unknown to the optimizer where the exporter computed it)."""
     mask = None if where_condition is None else (where_condition, where_fill, where_keep)
+    for factor, what in ((query_factor, "query"), (key_factor, "key")):
+        if factor is not None:
+            scale *= _one_value(factor, what)
     if kv_repeat:
         if key_expand is None or key_reshape is None or value_expand is None or value_reshape is None:
             raise ValueError("Attention: kv_repeat needs the key and value expand and reshape shapes (inputs 7-10)")

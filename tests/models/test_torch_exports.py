@@ -716,3 +716,43 @@ def test_torchscript_export_of_attention_with_two_additive_terms_fuses(order: st
         want = module(x, mask).numpy()
     got = onnxpy.InferenceSession(model.SerializeToString()).run(None, {"x": x.numpy(), "mask": mask.numpy()})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["minus_one", "divided", "multihead"])
+def test_torchscript_export_of_sdpa_with_a_computed_head_size_fuses(form: str) -> None:
+    """torch's SDPA export takes its default scale from q's last dimension at run time; where
+    the exporter computed the head size (timm BEiT's reshape(..., -1), C // heads,
+    nn.MultiheadAttention) the optimizer cannot fold it, and the Attention multiplies its scale
+    by that factor per run: one Attention, matching torch at two batch sizes."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    d, heads = 32, 4
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.mha = torch.nn.MultiheadAttention(d, heads, batch_first=True)
+
+        def forward(self, x):
+            if form == "multihead":
+                return self.mha(x, x, x, need_weights=False)[0]
+            b, n, c = x.shape
+            size = -1 if form == "minus_one" else c // heads
+            q, k, v = self.qkv(x).reshape(b, n, 3, heads, size).permute(2, 0, 3, 1, 4).unbind(0)
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            return self.proj(o.transpose(1, 2).reshape(b, n, c))
+
+    torch.manual_seed(12)
+    module = Block().eval()
+    model = _torchscript(torch, module, (torch.randn(2, 7, d),), ["x"], ["y"], {"x": {0: "b", 1: "n"}})
+    graph = build_graph(model)
+    optimize(graph, onnxpy.GraphOptimizationLevel.ORT_ENABLE_ALL, host_only=True)
+    ops = collections.Counter(n.op_type for n in graph.nodes)
+    assert ops["Attention"] == 1 and not {"Softmax", "MatMul", "Mul"} & set(ops), dict(ops)
+    session = onnxpy.InferenceSession(model.SerializeToString())
+    # (torch's export of nn.MultiheadAttention keeps the traced sizes as constants)
+    for b, n in ((2, 7), (2, 7) if form == "multihead" else (1, 11)):
+        x = torch.randn(b, n, d)
+        with torch.no_grad():
+            want = module(x).numpy()
+        np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], want, rtol=1e-5, atol=1e-6)

@@ -70,6 +70,19 @@ def _scalar_factor(graph: Graph, node: Node, x: str) -> float | None:
     return None
 
 
+def _runtime_factor(graph: Graph, node: Node, x: str) -> str | None:
+    """The one-value tensor a Mul multiplies ``x`` by, where it is computed at run time (torch's
+    SDPA export takes its default scale from q's last dimension, Sqrt(1 / Sqrt(Cast(Slice(
+    Shape(q), -1)))), which stays unknown where the head size is computed, reshape(..., -1) or
+    C // heads); None otherwise."""
+    if not _plain(node, "Mul") or len(node.inputs) != 2 or x not in node.inputs or node.inputs[0] == node.inputs[1]:
+        return None
+    other = node.inputs[1] if node.inputs[0] == x else node.inputs[0]
+    if constant(graph, other) is not None or graph.shape(other) not in ([], [1]):
+        return None
+    return other if graph.elem_type(other) in (1, 11) else None
+
+
 def _split_heads(
     graph: Graph,
     uses: Uses,
@@ -236,6 +249,9 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node], l
     if masked is not None:
         inputs += ["", "", "", "", masked[0]]
         attrs["where_fill"], attrs["where_keep"] = masked[1], masked[2]
+    factors = [found[3] if len(found) > 3 else "" for found in (q, k)]
+    if any(factors):
+        inputs += [""] * (18 - len(inputs)) + factors
     fused = Node(
         "Attention",
         inputs,
@@ -451,21 +467,23 @@ def _rank(graph: Graph, name: str) -> int | None:
 
 def _given_per_head(
     graph: Graph, uses: Uses, name: str, reader: Node, nodes: list[Node]
-) -> tuple[str, str, float] | None:
+) -> tuple[str, str, float, str] | None:
     """(keys, "", scale) when ``name``, read by ``reader`` alone, is Transpose<0,1,3,2> of 4-D
     keys already split per head (a decoder's past and new keys concatenated, which the graph
     also returns), [times or divided by a scalar] (torch's scaled_dot_product_attention scales
     K^T by sqrt(scale)): the fused node reads them as they are. The Transpose and a scaling
     node go to ``nodes``."""
     node = uses.producer.get(name)
-    scale, scaling = 1.0, None
+    scale, scaling, runtime = 1.0, None, ""
     if (_plain(node, "Mul") or _plain(node, "Div")) and _sole(uses, name, reader):
         assert node is not None
         inner = next((i for i in node.inputs if _plain(uses.producer.get(i), "Transpose")), None)
         factor = None if inner is None else _scalar_factor(graph, node, inner)
-        if factor is None:
+        found = _runtime_factor(graph, node, inner) if inner is not None and factor is None else None
+        if factor is None and found is None:
             return None
-        scale, scaling, reader, name, node = factor, node, node, inner, uses.producer.get(inner)
+        runtime = found or ""
+        scale, scaling, reader, name, node = factor or 1.0, node, node, inner, uses.producer.get(inner)
     if not _plain(node, "Transpose") or not _sole(uses, name, reader):
         return None
     assert node is not None
@@ -476,15 +494,16 @@ def _given_per_head(
     nodes.append(node)
     if scaling is not None:
         nodes.append(scaling)
-    return node.inputs[0], "", scale
+    return node.inputs[0], "", scale, runtime
 
 
 def _query_per_head(
     graph: Graph, uses: Uses, name: str, reader: Node, nodes: list[Node]
-) -> tuple[str, str, float] | None:
+) -> tuple[str, str, float, str] | None:
     """(queries, "", scale) when ``name``, read by ``reader`` alone, is 4-D queries already
     split per head, [times or divided by a scalar] (timm's ViT: Squeeze(Split(Transpose(
-    Reshape(qkv)))) * scale). A scaling node goes to ``nodes``."""
+    Reshape(qkv)))) * scale). A scaling node goes to ``nodes``; the last entry names a factor
+    computed at run time ("" for none)."""
     node = uses.producer.get(name)
     scale = 1.0
     if (_plain(node, "Mul") or _plain(node, "Div")) and _sole(uses, name, reader):
@@ -495,17 +514,18 @@ def _query_per_head(
             else next((i for i in node.inputs if constant(graph, i) is None), node.inputs[0])
         )
         factor = _scalar_factor(graph, node, inner)
-        if factor is None or _rank(graph, inner) != 4 or graph.elem_type(inner) not in (1, 11, None):
+        runtime = _runtime_factor(graph, node, inner) if factor is None else ""
+        if runtime is None or _rank(graph, inner) != 4 or graph.elem_type(inner) not in (1, 11, None):
             return None
         nodes.append(node)
-        return inner, "", factor
+        return inner, "", 1.0 if factor is None else factor, runtime
     if _rank(graph, name) != 4 or graph.elem_type(name) not in (1, 11, None):
         return None
     # Shape readers may stay (GPT-Neo slices its causal buffer to query.size(-2)): the fused
     # node reads the queries as they are.
     if _shape_readers(uses, name, reader) is None:
         return None
-    return name, "", scale
+    return name, "", scale, ""
 
 
 def _scaled(uses: Uses, name: str) -> bool:
