@@ -26,6 +26,8 @@ scalar factors combine into one ``scale`` applied to Q.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ...ir.graph import Graph, Node
 from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant, fresh_name, scalar_value, shapes_only
 
@@ -189,14 +191,10 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node], l
         masked, inner = found
         gone.update(id(n) for n in nodes if _plain(n, "Shape"))
         reader, scores, node = node, inner, uses.producer.get(inner)
-    if (_plain(node, "Mul") or _plain(node, "Div")) and sole(scores, reader):
-        assert node is not None
-        inner = node.inputs[0]
-        factor = _scalar_factor(graph, node, inner) if _plain(uses.producer.get(inner), "MatMul") else None
-        if factor is None:
-            return None
-        nodes.append(node)
-        scale, reader, scores, node = factor, node, inner, uses.producer.get(inner)
+    past = _past_scale(graph, uses, node, scores, reader, sole, nodes)
+    if past is None:
+        return None
+    scale, node, scores, reader = past
     if not _plain(node, "MatMul") or not sole(scores, reader):
         return None
     assert node is not None
@@ -262,6 +260,29 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node], l
         1,
     )
     return fused, [n for n in nodes if id(n) not in keep], added
+
+
+def _past_scale(
+    graph: Graph,
+    uses: Uses,
+    node: Node | None,
+    scores: str,
+    reader: Node,
+    sole: Callable[[str, Node], bool],
+    nodes: list[Node],
+) -> tuple[float, Node | None, str, Node] | None:
+    """(scale, producer, value, its reader) one step up from the scores ``scores`` (made by
+    ``node``, read by ``reader``): past a Mul or Div of the product by a scalar, which goes to
+    ``nodes``, or where there is none, (1, as given); None for a Mul or Div of anything else."""
+    if not (_plain(node, "Mul") or _plain(node, "Div")) or not sole(scores, reader):
+        return 1.0, node, scores, reader
+    assert node is not None
+    inner = node.inputs[0]
+    factor = _scalar_factor(graph, node, inner) if _plain(uses.producer.get(inner), "MatMul") else None
+    if factor is None:
+        return None
+    nodes.append(node)
+    return factor, uses.producer.get(inner), inner, node
 
 
 def _two_terms(graph: Graph, uses: Uses, outer: Node) -> tuple[Node, Node] | None:
@@ -361,15 +382,10 @@ def _match_merged(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[N
         split = node.inputs[1]
         nodes.append(node)
         reader, name, node = node, node.inputs[0], uses.producer.get(node.inputs[0])
-    scale = 1.0
-    if (_plain(node, "Mul") or _plain(node, "Div")) and _sole(uses, name, reader):
-        assert node is not None
-        inner = node.inputs[0]
-        factor = _scalar_factor(graph, node, inner) if _plain(uses.producer.get(inner), "MatMul") else None
-        if factor is None:
-            return None
-        nodes.append(node)
-        scale, reader, name, node = factor, node, inner, uses.producer.get(inner)
+    past = _past_scale(graph, uses, node, name, reader, lambda n, r: _sole(uses, n, r), nodes)
+    if past is None:
+        return None
+    scale, node, name, reader = past
     if not _plain(node, "MatMul") or not _sole(uses, name, reader):
         return None
     assert node is not None
