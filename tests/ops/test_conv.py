@@ -121,12 +121,24 @@ CONV_CASES = [
     ("depthwise_dilated_5x5", (2, 7, 12, 11), (7, 1, 5, 5), 7, [1, 1], [4, 4, 4, 4], [2, 2]),
     ("depthwise_dilated_rows_phased", (1, 3, 20, 60), (3, 1, 3, 3), 3, [2, 2], [2, 1, 2, 1], [2, 1]),
     ("depthwise_dilated_cols_strided", (1, 5, 13, 21), (5, 1, 3, 3), 5, [2, 2], [1, 2, 0, 2], [1, 2]),
-    ("im2col", (2, 3, 9, 8), (4, 3, 3, 3), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
+    # Outputs more than 14 wide take the NCHW im2col (narrower ones the channels-last columns).
+    ("im2col", (2, 3, 9, 20), (4, 3, 3, 3), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     ("im2col_grouped_dilated_strided", (2, 6, 13, 12), (8, 3, 3, 2), 2, [2, 3], [1, 2, 3, 0], [2, 2]),
-    ("im2col_asymmetric_pads", (1, 2, 6, 6), (3, 2, 2, 3), 1, [1, 1], [0, 2, 3, 1], [1, 1]),
+    ("im2col_asymmetric_pads", (1, 2, 6, 16), (3, 2, 2, 3), 1, [1, 1], [0, 2, 3, 1], [1, 1]),
     # Large strided kernels: the columns come from the input's stride phases (_strided_columns).
-    ("im2col_stride_phases_7x7", (1, 3, 23, 21), (5, 3, 7, 7), 1, [2, 2], [3, 2, 1, 3], [1, 1]),
-    ("im2col_stride_phases_uneven", (2, 4, 19, 17), (6, 4, 5, 6), 1, [1, 3], [2, 1, 0, 2], [1, 1]),
+    ("im2col_stride_phases_7x7", (1, 3, 23, 41), (5, 3, 7, 7), 1, [2, 2], [3, 2, 1, 3], [1, 1]),
+    ("im2col_stride_phases_uneven", (2, 4, 19, 50), (6, 4, 5, 6), 1, [1, 3], [2, 1, 0, 2], [1, 1]),
+    # Outputs at most 14 wide: channels-last columns (_im2col_channels_last), at strides and
+    # dilations, asymmetric pads, pads past the kernel's reach, one-row and one-column kernels,
+    # two images (one GEMM over both).
+    ("cl_columns", (1, 20, 7, 7), (24, 20, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
+    ("cl_columns_two_images", (2, 12, 9, 11), (10, 12, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
+    ("cl_columns_strided_dilated", (2, 6, 13, 12), (8, 6, 3, 2), 1, [2, 3], [1, 2, 3, 0], [2, 2]),
+    ("cl_columns_asymmetric_5x5", (1, 8, 11, 10), (6, 8, 5, 5), 1, [1, 1], [2, 0, 1, 3], [1, 1]),
+    ("cl_columns_pads_beyond_reach", (1, 4, 5, 6), (3, 4, 3, 3), 1, [1, 1], [4, 3, 5, 4], [1, 1]),
+    ("cl_columns_1x3_and_stride", (1, 6, 9, 14), (5, 6, 1, 3), 1, [2, 1], [0, 1, 0, 1], [1, 1]),
+    ("cl_columns_3x1_dilated", (2, 5, 12, 9), (4, 5, 3, 1), 1, [1, 1], [2, 0, 2, 0], [2, 1]),
+    ("cl_columns_stem_7x7_stride_2", (1, 3, 23, 21), (5, 3, 7, 7), 1, [2, 2], [3, 2, 1, 3], [1, 1]),
     ("padded_width_dilated_grouped", (2, 8, 10, 9), (6, 4, 3, 2), 2, [1, 1], [2, 1, 0, 3], [2, 3]),
     ("padded_width_no_pad", (1, 5, 6, 7), (3, 5, 2, 2), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     # RegNet's narrow groups (all groups in one stacked product), two images, two outputs each.
@@ -149,7 +161,7 @@ CONV_CASES = [
     ("winograd_f4_three_times_wider", (1, 32, 28, 28), (96, 32, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f2", (2, 192, 10, 11), (192, 192, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("winograd_f2_unpadded_odd", (1, 400, 11, 11), (96, 400, 3, 3), 1, [1, 1], [0, 2, 1, 0], [1, 1]),
-    # A narrow map (output width < 10): plain im2col rather than the padded width.
+    # A narrow map: im2col (channels-last columns, at most 14 wide) rather than the padded width.
     ("im2col_narrow", (2, 6, 7, 7), (5, 6, 3, 3), 1, [1, 1], [1, 1, 1, 1], [1, 1]),
     ("conv1d", (2, 4, 17), (6, 2, 4), 2, [3], [2, 1], [2]),
     ("conv3d", (1, 4, 5, 6, 7), (4, 2, 2, 3, 2), 2, [1, 2, 1], [1, 0, 1, 0, 1, 1], [2, 1, 1]),
@@ -280,9 +292,10 @@ def test_winograd_in_bands_of_tile_rows(monkeypatch: pytest.MonkeyPatch, xs: tup
 @pytest.mark.parametrize(
     "xs,ws,strides,pads",
     [
-        ((1, 3, 30, 28), (8, 3, 7, 7), [2, 2], [3, 3, 3, 3]),  # ResNet's stem, smaller
-        ((2, 3, 31, 29), (4, 3, 11, 11), [4, 4], [0, 1, 2, 0]),  # AlexNet's, two images
-        ((1, 5, 17, 20), (3, 5, 5, 6), [1, 3], [2, 0, 1, 2]),  # one axis unstrided
+        # Outputs more than 14 wide: narrower ones build channels-last columns instead.
+        ((1, 3, 30, 40), (8, 3, 7, 7), [2, 2], [3, 3, 3, 3]),  # ResNet's stem, smaller
+        ((2, 3, 31, 69), (4, 3, 11, 11), [4, 4], [0, 1, 2, 0]),  # AlexNet's, two images
+        ((1, 5, 17, 50), (3, 5, 5, 6), [1, 3], [2, 0, 1, 2]),  # one axis unstrided
     ],
 )
 def test_strided_columns_come_from_stride_phases(
@@ -715,6 +728,7 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
             "_conv2d_padded_width",
             "_conv2d_tap_sum",
             "_im2col_gemm",
+            "_im2col_channels_last",
             "_depthwise",
             "depthwise_channels_last",
         )
@@ -743,7 +757,7 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         conv_mod.conv_nd(np, deep, rng.standard_normal((256, 256, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # 8 <= 64/4
         conv_mod.conv_nd(np, x, rng.standard_normal((24, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])  # narrow
-        wide = rng.standard_normal((1, 64, 6, 12)).astype(np.float32)
+        wide = rng.standard_normal((1, 64, 6, 20)).astype(np.float32)
         conv_mod.conv_nd(np, wide, rng.standard_normal((24, 64, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
         grouped = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)  # 4 groups of 16 -> 8
         conv_mod.conv_nd(np, wide, grouped, group=4, pads=[1, 1, 1, 1])
@@ -762,15 +776,51 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         "winograd_channels_last",  # 49 tiles of 4x4
         "_winograd",
         "_conv2d_tap_sum",
-        "_im2col_gemm",
-        "_im2col_gemm",  # group 1, stride 1: the bias rides in the GEMM
+        "_im2col_channels_last",  # 6 wide: channels-last columns
+        "_im2col_gemm",  # 20 wide: the NCHW im2col
         "_conv2d_padded_width",  # grouped, stride 1
-        "_im2col_gemm",
+        "_im2col_channels_last",  # stride 2, 2 wide
         "depthwise_channels_last",
         "depthwise_channels_last",
         "depthwise_channels_last",
         "depthwise_channels_last",
     ]
+
+
+@pytest.mark.parametrize("blas", [True, False], ids=["accumulated-by-blas", "added-after"])
+def test_a_residual_convolution_adds_through_channels_last_columns(monkeypatch: pytest.MonkeyPatch, blas: bool) -> None:
+    """FusedConv with a dying residual (the executor hands Z's buffer over) on a small map: the
+    GEMM over channels-last columns adds into Z (BLAS beta = 1); without a BLAS to call, the
+    plain result is added instead. Either way relu(conv(x) + b + z), in Z's buffer when added
+    by BLAS."""
+    from onnxpy.ops import conv as conv_mod
+    from onnxpy.ops.fused import fused_conv
+
+    built: list[tuple[int, ...]] = []
+    original = conv_mod._channels_last_columns
+
+    def counted(*args: Any) -> np.ndarray:
+        columns = original(*args)
+        built.append(columns.shape)
+        return columns
+
+    monkeypatch.setattr(conv_mod, "_channels_last_columns", counted)
+    if not blas:
+        monkeypatch.setattr(conv_mod, "gemm_accumulate", lambda *a: False)
+    rng = np.random.default_rng(33)
+    x = rng.standard_normal((1, 12, 9, 10)).astype(np.float32)
+    w = rng.standard_normal((16, 12, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    z = rng.standard_normal((1, 16, 9, 10)).astype(np.float32)
+    w.flags.writeable = b.flags.writeable = False
+    buffer = z.copy()
+    got = fused_conv(np, x, w, b, buffer, kernel_shape=[3, 3], pads=[1, 1, 1, 1], activation="Relu", out=buffer)
+    args = ([1, 1], [1, 1, 1, 1], [1, 1], 1)
+    want = np.maximum(reference_conv(x, w, b, *args) + z, 0)
+    assert_conv_close(got, want, term_scale(x, w, b, *args) + np.abs(z))
+    assert built and built[0] == (90, 12 * 9 + 1)  # 9x10 positions, taps x channels and the ones
+    if blas:
+        assert got is buffer
 
 
 def test_tap_sum_writes_a_channel_slice_of_a_concatenation_in_place() -> None:

@@ -64,6 +64,24 @@ PATHS: dict[str, tuple[dict[tuple[Any, str], Any], Callable[[list[int], list[int
         {(conv, "_tap_sum_pays"): lambda *a: False, (conv, "_winograd_tile"): _winograd_tile(0)},
         lambda k, s, d, g: g == 1,
     ),
+    # im2col for group 1 in both forms: columns copied from a channels-last copy of the input
+    # (outputs at most 14 wide by default) and from the NCHW input.
+    "channels_last_columns": (
+        {
+            (conv, "_tap_sum_pays"): lambda *a: False,
+            (conv, "_winograd_tile"): _winograd_tile(0),
+            (conv, "_channels_last_columns_pay"): lambda *a: True,
+        },
+        lambda k, s, d, g: g == 1,
+    ),
+    "nchw_columns": (
+        {
+            (conv, "_tap_sum_pays"): lambda *a: False,
+            (conv, "_winograd_tile"): _winograd_tile(0),
+            (conv, "_channels_last_columns_pay"): lambda *a: False,
+        },
+        lambda k, s, d, g: g == 1,
+    ),
     "tap_sum": (
         {(conv, "_tap_sum_pays"): lambda strides, c, m: all(v == 1 for v in strides)},
         lambda k, s, d, g: g == 1 and s == [1, 1],
@@ -204,13 +222,15 @@ def test_the_forcing_reaches_each_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
         monkeypatch.setattr(conv, name, wrapped)
 
-    for name in ("_conv2d_tap_sum", "_conv_tap_accumulate", "_winograd", "_im2col_gemm"):
+    for name in ("_conv2d_tap_sum", "_conv_tap_accumulate", "_winograd", "_im2col_gemm", "_im2col_channels_last"):
         spy(name)
     monkeypatch.setattr(_winograd_cl, "winograd_channels_last", _counting(_winograd_cl.winograd_channels_last, calls))
     x = np.random.default_rng(0).standard_normal((1, 8, 9, 10)).astype(np.float32)
     wt = np.random.default_rng(1).standard_normal((2, 8, 3, 3)).astype(np.float32)
     expected = {
         "default": "_conv2d_tap_sum",  # 2 <= 8 / 4
+        "channels_last_columns": "_im2col_channels_last",
+        "nchw_columns": "_im2col_gemm",
         "tap_sum": "_conv2d_tap_sum",
         "tap_accumulate": "_conv_tap_accumulate",
         "winograd_f2_nchw": "_winograd",
