@@ -12,7 +12,8 @@ The sign of it is cheap to read: the share of a run's wall time that the calling
 on a CPU. It computes or spins through the whole of an unhindered run (it takes a share of
 each product and spins while waiting for the rest), so the share stays near 1; in those
 loaded runs it was 0.49. Runs of sessions without ``intra_op_num_threads`` are watched:
-after ``STRIKES`` measured runs in a row below ``LOW_SHARE`` they run with one BLAS thread,
+after ``STRIKES`` measured runs in a row below ``LOW_SHARE``, together at least ``MIN_STALL_S``
+long, they run with one BLAS thread,
 and from time to time one run goes with the full pool again as a probe; when its share is
 ``HEALTHY_SHARE`` or more, the full pool is back. A probe that finds the machine still busy
 waits twice as long for the next, up to ``PROBE_MAX`` seconds, and so does the first probe
@@ -39,6 +40,12 @@ MIN_WALL = 1e-3  # seconds
 LOW_SHARE = 0.7
 HEALTHY_SHARE = 0.85
 STRIKES = 2
+# Low-share runs in a row must span this long: another thread pool spinning down after its own
+# work (OpenBLAS's for 50-100 ms, onnxruntime's within its benchmark settle time of 0.15 s) is
+# not a busy machine. Counting runs alone, in benchmarks/bench.py's alternating blocks the first
+# two onnxpy runs after onnxruntime's block capped the pool, and probes landing in such moments
+# kept it capped: in one run 142,151 of 142,258 onnxpy calls went with one BLAS thread.
+MIN_STALL_S = 0.25
 PROBE_FIRST = 0.5  # seconds after falling back
 PROBE_MAX = 8.0
 
@@ -65,6 +72,7 @@ class BlasContention:
         self._active: bool | None = None  # decided at the first run (finding OpenBLAS loads it)
         self.capped = False
         self.strikes = 0
+        self.stalled_s = 0.0  # wall time of the low-share runs in a row so far
         self.probe_at = 0.0
         self.interval = PROBE_FIRST
         self.uncapped_at = -math.inf
@@ -90,7 +98,7 @@ class BlasContention:
             return run(*args)
         share, result = self._measured(times, run, args)
         if share is not None:
-            self._after_watched(share)
+            self._after_watched(share, times.last_wall)
         return result
 
     def _capped_call(self, times: RunTimes, run: Callable[..., T], args: tuple[Any, ...]) -> T:
@@ -112,12 +120,14 @@ class BlasContention:
         share = (self.cpu_clock() - cpu) / wall if wall >= MIN_WALL else None
         return share, result
 
-    def _after_watched(self, share: float) -> None:
+    def _after_watched(self, share: float, wall: float) -> None:
         if share >= LOW_SHARE:
             self.strikes = 0
+            self.stalled_s = 0.0
             return
         self.strikes += 1
-        if self.strikes >= STRIKES:
+        self.stalled_s += wall
+        if self.strikes >= STRIKES and self.stalled_s >= MIN_STALL_S:
             now = self.clock()
             self.capped = True
             self.switches += 1
@@ -133,6 +143,7 @@ class BlasContention:
         if share >= HEALTHY_SHARE:
             self.capped = False
             self.strikes = 0
+            self.stalled_s = 0.0
             self.switches += 1
             self.uncapped_at = self.clock()
             self.interval = min(self.interval * 2, PROBE_MAX)

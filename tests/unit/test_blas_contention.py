@@ -72,10 +72,27 @@ def test_unhindered_runs_keep_the_whole_pool(watch: Any, pool: dict[str, int]) -
     assert not w.capped
 
 
+def _stall(w: contention.BlasContention, clocks: Clocks, pool: dict[str, int], runs: int = 3) -> list[int]:
+    """``runs`` runs of 0.1 s each at half share (3: 0.3 s, past MIN_STALL_S)."""
+    return [_run(w, clocks, pool, 0.1, 0.5) for _ in range(runs)]
+
+
+def test_a_short_burst_of_slow_runs_is_not_a_busy_machine(watch: Any, pool: dict[str, int]) -> None:
+    """Another pool spinning down after its work (onnxruntime's, OpenBLAS's) slows a few runs
+    for less than MIN_STALL_S: the pool stays whole. The same share sustained caps it."""
+    w, clocks = watch
+    assert contention.MIN_STALL_S == 0.25
+    burst = [_run(w, clocks, pool, 0.02, 0.3) for _ in range(12)]  # 0.24 s
+    assert burst == [2] * 12 and not w.capped
+    _run(w, clocks, pool, 0.02, 0.95)  # a healthy run: the count starts again
+    assert [_run(w, clocks, pool, 0.02, 0.3) for _ in range(12)] == [2] * 12 and not w.capped
+    _run(w, clocks, pool, 0.02, 0.3)  # 13 in a row: 0.26 s
+    assert w.capped and _run(w, clocks, pool, 0.02, 0.3) == 1
+
+
 def test_stalled_runs_fall_back_to_one_thread_and_probes_bring_the_pool_back(watch: Any, pool: dict[str, int]) -> None:
     w, clocks = watch
-    assert _run(w, clocks, pool, 0.1, 0.5) == 2
-    assert _run(w, clocks, pool, 0.1, 0.5) == 2
+    assert _stall(w, clocks, pool) == [2, 2, 2]
     assert w.capped
     # until the first probe (PROBE_FIRST after the fall back) every run gets one thread
     assert [_run(w, clocks, pool, 0.02, 1.0) for _ in range(5)] == [1] * 5
@@ -96,19 +113,16 @@ def test_stalled_runs_fall_back_to_one_thread_and_probes_bring_the_pool_back(wat
 
 def test_a_pool_that_stalls_again_soon_waits_longer_for_its_probes(watch: Any, pool: dict[str, int]) -> None:
     w, clocks = watch
-    for _ in range(2):
-        _run(w, clocks, pool, 0.1, 0.5)
+    _stall(w, clocks, pool)
     clocks.wall = w.probe_at
     _run(w, clocks, pool, 0.1, 0.95)  # freed
     assert not w.capped
-    for _ in range(2):
-        _run(w, clocks, pool, 0.1, 0.5)  # stalled again right away
+    _stall(w, clocks, pool)  # stalled again right away
     assert w.capped and w.probe_at - clocks.wall == 2 * contention.PROBE_FIRST
     clocks.wall = w.probe_at
     _run(w, clocks, pool, 0.1, 0.95)
     clocks.wall += 2 * contention.PROBE_MAX  # a long quiet spell: the next stall starts afresh
-    for _ in range(2):
-        _run(w, clocks, pool, 0.1, 0.5)
+    _stall(w, clocks, pool)
     assert w.capped and w.probe_at - clocks.wall == contention.PROBE_FIRST
 
 
