@@ -179,20 +179,26 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("base", help="side A: an onnxpy checkout directory or a git revision of this repository")
-    p.add_argument("new", nargs="?", default=str(REPO), help="side B (default: this checkout)")
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """The options that choose the models and their inputs (``prepare_models``), shared by the
+    scripts that build on this one (pass_ab.py, layers.py)."""
     p.add_argument("--models", nargs="+", metavar="PATTERN", help="only models whose name contains a pattern")
-    p.add_argument("--rounds", type=int, default=4, help="rounds of both sides (default 4)")
-    p.add_argument("--repeat", type=int, default=20, help="timed calls per model and run (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
-    p.add_argument("--context", choices=["alone", "sequence", "both"], default="both")
     p.add_argument("--no-light", action="store_true", help="skip onnx's light models")
     p.add_argument("--no-shared", action="store_true", help="skip ../shared/models")
     p.add_argument("--shared-dir", default=str(REPO.parent / "shared" / "models"))
     p.add_argument("--seq", type=int, default=128, help="value of free non-batch dimensions (default 128)")
     p.add_argument("--seed", type=int, default=0)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("base", help="side A: an onnxpy checkout directory or a git revision of this repository")
+    p.add_argument("new", nargs="?", default=str(REPO), help="side B (default: this checkout)")
+    add_model_options(p)
+    p.add_argument("--rounds", type=int, default=4, help="rounds of both sides (default 4)")
+    p.add_argument("--repeat", type=int, default=20, help="timed calls per model and run (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
+    p.add_argument("--context", choices=["alone", "sequence", "both"], default="both")
     p.add_argument("--json", metavar="FILE", help="also write every round's figures as JSON")
     args = p.parse_args(argv)
     if args.rounds < 1 or args.repeat < 1 or args.warmup < 0:

@@ -173,17 +173,12 @@ def report(name: str, rows: list[dict], top: int) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--models", nargs="+", metavar="PATTERN", help="only models whose name contains a pattern")
+    ab.add_model_options(p)
     p.add_argument("--model", action="append", default=[], metavar="PATH", help="a model file (repeatable)")
     p.add_argument("--pairs", type=int, default=30, help="timed pairs of calls per layer (default 30)")
     p.add_argument("--warmup", type=int, default=3, help="untimed pairs first (default 3)")
     p.add_argument("--flush-mb", type=float, default=32.0, help="MB passed over before each call (0: hot)")
     p.add_argument("--top", type=int, default=15, help="layers listed per model (default 15)")
-    p.add_argument("--no-light", action="store_true", help="skip onnx's light models")
-    p.add_argument("--no-shared", action="store_true", help="skip ../shared/models")
-    p.add_argument("--shared-dir", default=str(HERE.parent.parent / "shared" / "models"))
-    p.add_argument("--seq", type=int, default=128, help="value of free non-batch dimensions (default 128)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = p.parse_args(argv)
     if args.pairs < 1 or args.warmup < 0 or args.flush_mb < 0 or args.top < 1:

@@ -110,17 +110,12 @@ def report(passes: list[str], rows: dict[str, dict]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("passes", nargs="+", metavar="PASS", help="onnxpy optimizer pass names (side A runs without them)")
-    p.add_argument("--models", nargs="+", metavar="PATTERN", help="only models whose name contains a pattern")
+    ab.add_model_options(p)
     p.add_argument("--pairs", type=int, default=300, help="most pairs of calls per model (default 300)")
     p.add_argument("--min-pairs", type=int, default=20, help="fewest pairs per model (default 20)")
     p.add_argument("--budget", type=float, default=20.0, help="seconds of pairs to aim for per model (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls of each side first (default 3)")
     p.add_argument("--transformers", action="store_true", help="also GPT-2, BERT and ViT (bench.py --transformers)")
-    p.add_argument("--no-light", action="store_true", help="skip onnx's light models")
-    p.add_argument("--no-shared", action="store_true", help="skip ../shared/models")
-    p.add_argument("--shared-dir", default=str(HERE.parent.parent / "shared" / "models"))
-    p.add_argument("--seq", type=int, default=128, help="value of free non-batch dimensions (default 128)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = p.parse_args(argv)
     unknown = [n for n in args.passes if n not in pass_names()]
