@@ -1,4 +1,4 @@
-"""Each convolution and pool of a model alone, onnxpy against onnxruntime, calls alternating.
+"""Each convolution and pool of a model alone, onnxpy against onnxruntime, in one process.
 
     python benchmarks/layers.py --models resnet50               # light ResNet-50's layers
     python benchmarks/layers.py --model path/to/model.onnx --flush-mb 0 --top 10
@@ -8,10 +8,11 @@ A whole-model profile says which nodes take onnxpy's time, not which of them onn
 faster: its node times come from another graph (its NCHWc layouts, its own fusions). Here every
 distinct Conv, MaxPool and AveragePool geometry of a model (input shape, weights, attributes, a
 ReLU after it) becomes a one-layer model with random weights, and both runtimes run it in one
-process, one call of each in turn. By default a 32 MB pass over another buffer comes before each
-call, because inside a model a layer's weights and input were last touched a whole run ago (on
-the development machine data leaves every cache within milliseconds: docs/benchmark.md, "Reading
-figures from this machine"); ``--flush-mb 0`` times them hot. Layers are listed by the time
+process, in alternating blocks of calls, each block after settling as bench.py does. By default
+a 32 MB pass over another buffer comes before each timed call, because inside a model a layer's
+weights and input were last touched a whole run ago (on the development machine data leaves
+every cache within milliseconds: docs/benchmark.md, "Reading figures from this machine");
+``--flush-mb 0`` times them hot. Layers are listed by the time
 onnxpy spends beyond onnxruntime, times how often the geometry occurs. The first use was finding
 that 3x3 layers on 7x7 and 14x14 maps spent most of their im2col in numpy's per-run cost.
 
@@ -38,6 +39,7 @@ if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
 import onnxpy  # noqa: E402 - after making the repository importable
+from onnxpy.tools.benchmark import SETTLE_S  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 import ab  # noqa: E402 - benchmarks/ab.py: the model list and inputs, as it builds them
@@ -118,20 +120,33 @@ def time_layer(layer: tuple, args: argparse.Namespace, flush: np.ndarray | None)
     want, got = theirs.run(None, x)[0], ours.run(None, x)[0]
     rel = float(np.abs(got - want).max() / max(float(np.abs(want).max()), 1e-30))
     calls = (lambda: ours.run(None, x), lambda: theirs.run(None, x))
+    for _ in range(args.warmup):
+        for call in calls:
+            call()
+    # As bench.py times whole models (onnxpy/tools/benchmark.py, time_interleaved): per round,
+    # each runtime first makes untimed calls for SETTLE_S so that the other's thread pool has
+    # stopped spinning, then a block of timed calls. Timed right after the other runtime's call,
+    # either ran 5-40x slower now and then (a 1x1 convolution: 0.6 ms, or 20 ms).
     times: tuple[list[float], list[float]] = ([], [])
-    for p in range(args.warmup + args.pairs):
-        for side in (0, 1) if p % 2 else (1, 0):
-            if flush is not None:
-                np.add(flush, 1.0, out=flush)
-            t = time.perf_counter()
+    clock = time.perf_counter
+    rounds = -(-args.pairs // args.block)
+    for r in range(rounds):
+        for side in (0, 1) if r % 2 else (1, 0):
+            settle_end = clock() + SETTLE_S
             calls[side]()
-            if p >= args.warmup:
-                times[side].append(time.perf_counter() - t)
+            while clock() < settle_end:
+                calls[side]()
+            for _ in range(min(args.block, args.pairs - len(times[side]))):
+                if flush is not None:
+                    np.add(flush, 1.0, out=flush)
+                t = clock()
+                calls[side]()
+                times[side].append(clock() - t)
     a, b = np.array(times[0]), np.array(times[1])
     return {
         "onnxpy_us": float(np.median(a) * 1e6),
         "onnxruntime_us": float(np.median(b) * 1e6),
-        "pair_ratio": float(np.median(a / b)),
+        "pair_ratio": float(np.median(a / b)),  # calls of the same place in their blocks
         "max_rel_diff": rel,
     }
 
@@ -175,14 +190,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ab.add_model_options(p)
     p.add_argument("--model", action="append", default=[], metavar="PATH", help="a model file (repeatable)")
-    p.add_argument("--pairs", type=int, default=30, help="timed pairs of calls per layer (default 30)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed pairs first (default 3)")
+    p.add_argument("--pairs", type=int, default=30, help="timed calls of each runtime per layer (default 30)")
+    p.add_argument("--block", type=int, default=5, help="timed calls per block, after settling (default 5)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls of each first (default 3)")
     p.add_argument("--flush-mb", type=float, default=32.0, help="MB passed over before each call (0: hot)")
     p.add_argument("--top", type=int, default=15, help="layers listed per model (default 15)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = p.parse_args(argv)
-    if args.pairs < 1 or args.warmup < 0 or args.flush_mb < 0 or args.top < 1:
-        p.error("--pairs and --top must be at least 1, --warmup and --flush-mb at least 0")
+    if args.pairs < 1 or args.block < 1 or args.warmup < 0 or args.flush_mb < 0 or args.top < 1:
+        p.error("--pairs, --block and --top must be at least 1, --warmup and --flush-mb at least 0")
     args.transformers = args.random_weights = args.quantized = args.half = False  # read by bench.collect_models
     return args
 

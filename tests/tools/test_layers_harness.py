@@ -20,8 +20,8 @@ LAYERS = REPO / "benchmarks" / "layers.py"
 def _run(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict | None]:
     out = tmp_path / "layers.json"
     done = subprocess.run(
-        [sys.executable, str(LAYERS), "--model", str(demo_model_path()), "--pairs", "2", "--warmup", "0"]
-        + ["--flush-mb", "1", "--json", str(out), *extra],
+        [sys.executable, str(LAYERS), "--model", str(demo_model_path()), "--pairs", "2", "--block", "2"]
+        + ["--warmup", "0", "--flush-mb", "1", "--json", str(out), *extra],
         capture_output=True,
         text=True,
         timeout=300,
@@ -51,4 +51,4 @@ def test_every_convolution_and_pool_of_the_demo_model_is_timed(tmp_path: Path) -
 def test_nonsense_arguments_are_refused(tmp_path: Path) -> None:
     done, result = _run(tmp_path, "--pairs", "0")
     assert done.returncode == 2 and result is None
-    assert "--pairs and --top must be at least 1" in done.stderr
+    assert "--pairs, --block and --top must be at least 1" in done.stderr
