@@ -52,7 +52,7 @@ def tiled_rows(v: np.ndarray, rows: int, cols: int, width: int, dtype: np.dtype)
     return derived((v,), ("tiled-rows", rows, cols, width, dtype), build)
 
 
-def _padded(x: np.ndarray, begin: list[int], shape: tuple[int, int], phased: bool = False) -> np.ndarray:
+def padded_channels_last(x: np.ndarray, begin: list[int], shape: tuple[int, int], phased: bool = False) -> np.ndarray:
     """One image ``x`` (C, H, W), any layout, copied channels-last into a zero-bordered
     (rows, cols, C) buffer at offset ``begin``, cropped to ``shape``; with ``phased`` its
     columns stored by parity (see ``_put``)."""
@@ -111,7 +111,7 @@ def depthwise_channels_last(
     y = np.empty((n, out[0], out[1], c), dtype=x.dtype)
     phased = _phased(strides, kw, out[1]) and dw == 1
     for i in range(n):
-        p = _padded(x[i], begin, (rows, cols), phased)
+        p = padded_channels_last(x[i], begin, (rows, cols), phased)
         _depthwise_image(p, w, bias, strides, y[i], epilogue, phased, (dh, dw))
     return y.transpose(0, 3, 1, 2)
 

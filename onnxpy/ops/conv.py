@@ -14,7 +14,7 @@ import numpy as np
 from . import _winograd_cl as winograd_cl
 from ._blas import gemm_accumulate, stacked_matmul
 from ._compat import check_alloc
-from ._depthwise import _padded, depthwise_channels_last, tiled_rows
+from ._depthwise import depthwise_channels_last, padded_channels_last, tiled_rows
 from ._derived import derived, in_dtype
 from ._layout import is_channels_last, nchw_copy
 from ._scratch import scratch
@@ -579,7 +579,7 @@ def _channels_last_columns(
     item = columns.itemsize
     line = cols * c * item
     for img in range(n):
-        p = _padded(x[img], begin, (rows, cols))
+        p = padded_channels_last(x[img], begin, (rows, cols))
         view = strided_view(p, (oh, ow, kh, kw, c), (sh * line, sw * c * item, dh * line, dw * c * item, item))
         columns[img * o : (img + 1) * o, :kk].reshape(oh, ow, kh, kw, c)[...] = view
     return columns
