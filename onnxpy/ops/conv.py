@@ -169,7 +169,7 @@ def _accumulate(xp: Any, x: Any, w: Any, b: Any, geo: _Geometry, into: Any) -> b
                 cols[:c] = x.reshape(c, o)
                 cols[c] = 1
         elif len(k) == 2 and not _tap_sum_pays(strides, c, m) and not _winograd_tile(k, strides, dilations, c, m, out):
-            if _channels_last_columns_pay(out):
+            if _channels_last_columns_pay(out, k, strides):
                 columns = _channels_last_columns(x, k, begin, out, strides, dilations, b is not None)
                 return gemm_accumulate(_channels_last_weights(w, b, x.dtype), columns.T, into.reshape(m, o))
             view = windows_view(
@@ -467,7 +467,7 @@ def _conv_dispatch(
         # bias (measured on every 3x3/5x5 shape of SqueezeNet, Inception v1/v2 and VGG that no
         # Winograd or tap-sum path takes: 3-40% faster, e.g. 32->128 on 27x27 406 -> 322 us).
         return _conv2d_padded_width(xp, x, w, begin, end, out, dilations, group, b, into)
-    elif xp is np and nd == 2 and group == 1 and not channels_last and _channels_last_columns_pay(out):
+    elif xp is np and nd == 2 and group == 1 and not channels_last and _channels_last_columns_pay(out, k, strides):
         return _im2col_channels_last(x, w, b, begin, out, strides, dilations, into)
     else:
         xp_ = pad_input(xp, x, begin, end, out, ext, strides, 0)
@@ -544,9 +544,15 @@ def _conv2d_padded_width(
 _CHANNELS_LAST_COLUMNS_MAX_WIDTH = 14
 
 
-def _channels_last_columns_pay(out: list[int]) -> bool:
-    """Whether a 2-D convolution (group 1) that im2col takes builds its columns channels-last."""
-    return out[1] <= _CHANNELS_LAST_COLUMNS_MAX_WIDTH
+def _channels_last_columns_pay(out: list[int], k: list[int], strides: list[int]) -> bool:
+    """Whether a 2-D convolution (group 1) that im2col takes builds its columns channels-last:
+    on narrow outputs, where the windows overlap. Windows that tile the input (kernel ==
+    stride: a vision transformer's 16x16 patches, ConvNeXt's 2x2 downsampling) make columns no
+    larger than the input, and the channels-last copy of the input is then most of the work.
+    Their time against the NCHW im2col's, hot / after a 32 MB pass: 2x2/2 layers of 32-384
+    channels 0.88-1.52 / 1.09-1.38, 4x4/4 stems 1.12-1.40 / 1.13-1.17, a 16x16 patch layer of 3
+    channels 1.53 / 1.55, 32x32 (ViT-B/32) 2.17 / 2.23."""
+    return out[1] <= _CHANNELS_LAST_COLUMNS_MAX_WIDTH and k[0] * k[1] > strides[0] * strides[1]
 
 
 def _channels_last_columns(

@@ -139,6 +139,10 @@ CONV_CASES = [
     ("cl_columns_1x3_and_stride", (1, 6, 9, 14), (5, 6, 1, 3), 1, [2, 1], [0, 1, 0, 1], [1, 1]),
     ("cl_columns_3x1_dilated", (2, 5, 12, 9), (4, 5, 3, 1), 1, [1, 1], [2, 0, 2, 0], [2, 1]),
     ("cl_columns_stem_7x7_stride_2", (1, 3, 23, 21), (5, 3, 7, 7), 1, [2, 2], [3, 2, 1, 3], [1, 1]),
+    # Windows that tile the input (kernel == stride: patch embeddings, 2x2 downsampling) on
+    # narrow outputs: the NCHW im2col, the columns no larger than the input.
+    ("tiling_patches_16x16", (1, 3, 64, 48), (6, 3, 16, 16), 1, [16, 16], [0, 0, 0, 0], [1, 1]),
+    ("tiling_2x2_cropped_two_images", (2, 12, 15, 13), (8, 12, 2, 2), 1, [2, 2], [0, 0, 0, 0], [1, 1]),
     ("padded_width_dilated_grouped", (2, 8, 10, 9), (6, 4, 3, 2), 2, [1, 1], [2, 1, 0, 3], [2, 3]),
     ("padded_width_no_pad", (1, 5, 6, 7), (3, 5, 2, 2), 1, [1, 1], [0, 0, 0, 0], [1, 1]),
     # RegNet's narrow groups (all groups in one stacked product), two images, two outputs each.
@@ -762,6 +766,10 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         grouped = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)  # 4 groups of 16 -> 8
         conv_mod.conv_nd(np, wide, grouped, group=4, pads=[1, 1, 1, 1])
         conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 3, 3)).astype(np.float32), strides=[2, 2])
+        patches = rng.standard_normal((1, 3, 32, 48)).astype(np.float32)  # 16x16 patches, 2x3 outputs
+        conv_mod.conv_nd(np, patches, rng.standard_normal((8, 3, 16, 16)).astype(np.float32), strides=[16, 16])
+        conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 2, 2)).astype(np.float32), strides=[2, 2])
+        conv_mod.conv_nd(np, x, rng.standard_normal((8, 64, 2, 2)).astype(np.float32), strides=[1, 2])  # overlap
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, strides=[2, 2])
         conv_mod.conv_nd(np, x, rng.standard_normal((64, 1, 3, 3)).astype(np.float32), group=64, pads=[1, 1, 1, 1])
         dw = rng.standard_normal((64, 1, 3, 3)).astype(np.float32)
@@ -780,6 +788,9 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
         "_im2col_gemm",  # 20 wide: the NCHW im2col
         "_conv2d_padded_width",  # grouped, stride 1
         "_im2col_channels_last",  # stride 2, 2 wide
+        "_im2col_gemm",  # tiling windows: the NCHW columns, no larger than the input
+        "_im2col_gemm",
+        "_im2col_channels_last",  # 2x2 windows at strides (1, 2) overlap
         "depthwise_channels_last",
         "depthwise_channels_last",
         "depthwise_channels_last",
