@@ -1,6 +1,7 @@
 """Kernels, one module per operator family; importing this package registers them all."""
 
 from . import (  # noqa: F401 - importing registers the kernels
+    append_heads,
     concat_append,
     contrib,
     control_flow,

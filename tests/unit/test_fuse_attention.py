@@ -265,7 +265,7 @@ def test_decoder_attention_reads_present_keys_and_values_per_head() -> None:
     assert attention.attrs["key_heads"] == 1 and attention.attrs["value_heads"] == 1
     assert attention.inputs[1:3] == ["present_key", "present_value"]
     assert not {"Softmax", "MatMul", "Div", "Add"} & {n.op_type for n in graph.nodes}
-    assert sum(n.op_type == "Concat" for n in graph.nodes) == 2  # the present outputs stay
+    assert sum(n.op_type == "AppendHeads" for n in graph.nodes) == 2  # the present outputs (fuse_kv_append)
     for batch, seq, past in ((1, 1, 0), (1, 1, 6), (2, 3, 4)):
         _check_numbers(model, _decoder_feeds(batch, seq, past))
 
