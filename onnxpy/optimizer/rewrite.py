@@ -106,6 +106,11 @@ class Sweep:
         return self.changed
 
 
+def is_plain(node: Node | None, op: str) -> bool:
+    """``node`` is the standard ONNX operator ``op`` (default domain), not a fused one."""
+    return node is not None and not node.domain and node.op_type == op
+
+
 def is_conv(node: Node | None) -> bool:
     """An ONNX Conv or onnxpy's FusedConv (what convolution rewrites may take as their producer)."""
     return node is not None and (

@@ -23,12 +23,8 @@ sessions) computes their shapes from x's instead, and they go too.
 from __future__ import annotations
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep, Uses, shapes_only
+from ..rewrite import FUSED_DOMAIN, Sweep, Uses, is_plain, shapes_only
 from ..shape_arith import const_ints
-
-
-def _plain(node: Node | None, op: str) -> bool:
-    return node is not None and not node.domain and node.op_type == op
 
 
 def _next_and_shapes(uses: Uses, name: str, reader: Node) -> bool | None:
@@ -49,17 +45,17 @@ def _chain(graph: Graph, uses: Uses, name: str, reader: Node) -> tuple[str, str,
     each read by the next (and for its shape). Of the nodes (Unsqueeze, Expand, Reshape) the
     first ``kept`` must stay for their Shape readers (and the nodes feeding those)."""
     reshape = uses.producer.get(name)
-    read = _next_and_shapes(uses, name, reader) if _plain(reshape, "Reshape") else None
+    read = _next_and_shapes(uses, name, reader) if is_plain(reshape, "Reshape") else None
     if read is None:
         return None
     assert reshape is not None
     expand = uses.producer.get(reshape.inputs[0])
-    expand_read = _next_and_shapes(uses, reshape.inputs[0], reshape) if _plain(expand, "Expand") else None
+    expand_read = _next_and_shapes(uses, reshape.inputs[0], reshape) if is_plain(expand, "Expand") else None
     if expand_read is None:
         return None
     assert expand is not None
     unsqueeze = uses.producer.get(expand.inputs[0])
-    unsqueeze_read = _next_and_shapes(uses, expand.inputs[0], expand) if _plain(unsqueeze, "Unsqueeze") else None
+    unsqueeze_read = _next_and_shapes(uses, expand.inputs[0], expand) if is_plain(unsqueeze, "Unsqueeze") else None
     if unsqueeze_read is None:
         return None
     assert unsqueeze is not None

@@ -29,14 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant, fresh_name, scalar_value, shapes_only
+from ..rewrite import FUSED_DOMAIN, Sweep, Uses, constant, fresh_name, is_plain, scalar_value, shapes_only
 
 _HEADS = [0, 2, 1, 3]  # (batch, seq, heads, size) <-> (batch, heads, seq, size)
 _KEYS_T = [0, 2, 3, 1]  # (batch, seq, heads, size) -> (batch, heads, size, seq)
-
-
-def _plain(node: Node | None, op: str) -> bool:
-    return node is not None and not node.domain and node.op_type == op
 
 
 def _sole(uses: Uses, name: str, node: Node | None) -> bool:
@@ -77,7 +73,7 @@ def _runtime_factor(graph: Graph, node: Node, x: str) -> str | None:
     SDPA export takes its default scale from q's last dimension, Sqrt(1 / Sqrt(Cast(Slice(
     Shape(q), -1)))), which stays unknown where the head size is computed, reshape(..., -1) or
     C // heads); None otherwise."""
-    if not _plain(node, "Mul") or len(node.inputs) != 2 or x not in node.inputs or node.inputs[0] == node.inputs[1]:
+    if not is_plain(node, "Mul") or len(node.inputs) != 2 or x not in node.inputs or node.inputs[0] == node.inputs[1]:
         return None
     other = node.inputs[1] if node.inputs[0] == x else node.inputs[0]
     if constant(graph, other) is not None or graph.shape(other) not in ([], [1]):
@@ -107,18 +103,18 @@ def _split_heads(
     node = uses.producer.get(name)
     if shapes is None or node is None:
         return None
-    if _plain(node, "Mul") or _plain(node, "Div"):
-        inner = next((i for i in node.inputs if _plain(uses.producer.get(i), "Transpose")), None)
+    if is_plain(node, "Mul") or is_plain(node, "Div"):
+        inner = next((i for i in node.inputs if is_plain(uses.producer.get(i), "Transpose")), None)
         factor = None if inner is None else _scalar_factor(graph, node, inner)
         inner_shapes = None if inner is None else _shape_readers(uses, inner, node)
         if inner is None or factor is None or inner_shapes is None:
             return None
         chain.append((node, shapes))
         scale, name, node, shapes = factor, inner, uses.producer.get(inner), inner_shapes
-    if node is None or not _plain(node, "Transpose") or list(node.attrs.get("perm", [])) != perm:
+    if node is None or not is_plain(node, "Transpose") or list(node.attrs.get("perm", [])) != perm:
         return None
     reshape = uses.producer.get(node.inputs[0])
-    if reshape is None or not _plain(reshape, "Reshape") or reshape.attrs.get("allowzero", 0):
+    if reshape is None or not is_plain(reshape, "Reshape") or reshape.attrs.get("allowzero", 0):
         return None
     reshape_shapes = _shape_readers(uses, node.inputs[0], node)
     if reshape_shapes is None or graph.elem_type(reshape.inputs[0]) not in (1, 11, None):
@@ -126,7 +122,7 @@ def _split_heads(
     chain += [(node, shapes), (reshape, reshape_shapes)]
     source = reshape.inputs[0]
     pre = uses.producer.get(source)
-    if pre_scale and (_plain(pre, "Mul") or _plain(pre, "Div")) and uses.only_reader(source) is reshape:
+    if pre_scale and (is_plain(pre, "Mul") or is_plain(pre, "Div")) and uses.only_reader(source) is reshape:
         assert pre is not None
         x = pre.inputs[0] if pre.op_type == "Div" else next((i for i in pre.inputs if constant(graph, i) is None), "")
         factor = _scalar_factor(graph, pre, x) if x else None
@@ -154,7 +150,7 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node], l
     scores, bias, scale = softmax.inputs[0], "", 1.0
     node = uses.producer.get(scores)
     added: list[Node] = []
-    if _plain(node, "Add") and _sole(uses, scores, softmax):
+    if is_plain(node, "Add") and _sole(uses, scores, softmax):
         assert node is not None
         pair = _two_terms(graph, uses, node)
         if pair is not None:
@@ -165,7 +161,7 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node], l
             scores, node = inner.outputs[0], inner
         found_scores = [i for i in node.inputs if _scores_source(uses, i)]
         # A product before a Where: the mask itself may be a Where (Where(keep, 0, -inf)).
-        mm = next((i for i in found_scores if not _plain(uses.producer.get(i), "Where")), None)
+        mm = next((i for i in found_scores if not is_plain(uses.producer.get(i), "Where")), None)
         mm = mm or (found_scores[0] if found_scores else None)
         if mm is None or node.inputs.count(mm) != 1:
             return None
@@ -183,19 +179,19 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node], l
         readers = [r for r in uses.readers_of(name) if id(r) not in gone]
         return reader is not None and readers == [reader] and name not in uses.graph_outputs
 
-    if _plain(node, "Where") and _sole(uses, scores, reader):
+    if is_plain(node, "Where") and _sole(uses, scores, reader):
         assert node is not None
         found = _where_mask(graph, uses, node, nodes)
         if found is None:
             return None
         masked, inner = found
-        gone.update(id(n) for n in nodes if _plain(n, "Shape"))
+        gone.update(id(n) for n in nodes if is_plain(n, "Shape"))
         reader, scores, node = node, inner, uses.producer.get(inner)
     past = _past_scale(graph, uses, node, scores, reader, sole, nodes)
     if past is None:
         return None
     scale, node, scores, reader = past
-    if not _plain(node, "MatMul") or not sole(scores, reader):
+    if not is_plain(node, "MatMul") or not sole(scores, reader):
         return None
     assert node is not None
     nodes.append(node)
@@ -214,10 +210,10 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node], l
         return None
     nan_to_zero, nan_value = 0, 0.0
     readers = uses.readers_of(probs)
-    isnan = next((r for r in readers if _plain(r, "IsNaN")), None)
+    isnan = next((r for r in readers if is_plain(r, "IsNaN")), None)
     if isnan is not None:
         where = uses.only_reader(isnan.outputs[0])
-        if len(readers) != 2 or not _plain(where, "Where") or where not in readers:
+        if len(readers) != 2 or not is_plain(where, "Where") or where not in readers:
             return None
         assert where is not None
         fill = scalar_value(constant(graph, where.inputs[1]))
@@ -226,7 +222,7 @@ def _match(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[Node], l
         nodes += [isnan, where]
         nan_to_zero, nan_value, probs = 1, fill, where.outputs[0]
     mm2 = uses.only_reader(probs)
-    if not _plain(mm2, "MatMul") or mm2.inputs[0] != probs:
+    if not is_plain(mm2, "MatMul") or mm2.inputs[0] != probs:
         return None
     assert mm2 is not None
     nodes.append(mm2)
@@ -274,11 +270,11 @@ def _past_scale(
     """(scale, producer, value, its reader) one step up from the scores ``scores`` (made by
     ``node``, read by ``reader``): past a Mul or Div of the product by a scalar, which goes to
     ``nodes``, or where there is none, (1, as given); None for a Mul or Div of anything else."""
-    if not (_plain(node, "Mul") or _plain(node, "Div")) or not sole(scores, reader):
+    if not (is_plain(node, "Mul") or is_plain(node, "Div")) or not sole(scores, reader):
         return 1.0, node, scores, reader
     assert node is not None
     inner = node.inputs[0]
-    factor = _scalar_factor(graph, node, inner) if _plain(uses.producer.get(inner), "MatMul") else None
+    factor = _scalar_factor(graph, node, inner) if is_plain(uses.producer.get(inner), "MatMul") else None
     if factor is None:
         return None
     nodes.append(node)
@@ -293,7 +289,7 @@ def _two_terms(graph: Graph, uses: Uses, outer: Node) -> tuple[Node, Node] | Non
         return None
     for i, name in enumerate(outer.inputs):
         inner = uses.producer.get(name)
-        if not _plain(inner, "Add") or inner is None or not _sole(uses, name, outer) or len(inner.inputs) != 2:
+        if not is_plain(inner, "Add") or inner is None or not _sole(uses, name, outer) or len(inner.inputs) != 2:
             continue
         if sum(_scores_source(uses, j) for j in inner.inputs) != 1:
             continue
@@ -311,7 +307,7 @@ def _merged(
     3-D shape) for Reshape(x, shape) of any 4-D x, taken as given per head. The matched nodes
     go to ``nodes``, those kept for Shape readers (and all under them) to ``keep``."""
     merge = uses.producer.get(name)
-    if not _plain(merge, "Reshape") or merge is None or len(merge.inputs) < 2 or merge.attrs.get("allowzero", 0):
+    if not is_plain(merge, "Reshape") or merge is None or len(merge.inputs) < 2 or merge.attrs.get("allowzero", 0):
         return None
     shapes = _shape_readers(uses, name, reader)
     if shapes is None:
@@ -350,14 +346,14 @@ def _match_merged(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[N
     reader, name = softmax, softmax.inputs[0]
     node = uses.producer.get(name)
     split, merge, bias, floor = "", "", "", None
-    if _plain(node, "Reshape") and _sole(uses, name, reader):
+    if is_plain(node, "Reshape") and _sole(uses, name, reader):
         assert node is not None
         if len(node.inputs) < 2 or node.attrs.get("allowzero", 0):
             return None
         merge = node.inputs[1]
         nodes.append(node)
         reader, name, node = node, node.inputs[0], uses.producer.get(node.inputs[0])
-        if _plain(node, "Max") and _sole(uses, name, reader):
+        if is_plain(node, "Max") and _sole(uses, name, reader):
             assert node is not None
             values = [scalar_value(constant(graph, i)) for i in node.inputs]
             if len(node.inputs) != 2 or values.count(None) != 1:
@@ -366,7 +362,7 @@ def _match_merged(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[N
             nodes.append(node)
             reader, name = node, node.inputs[values.index(None)]
             node = uses.producer.get(name)
-        if not _plain(node, "Add") or not _sole(uses, name, reader):
+        if not is_plain(node, "Add") or not _sole(uses, name, reader):
             return None
         assert node is not None
         found = [i for i in node.inputs if _split_scores(uses, i)]
@@ -386,14 +382,14 @@ def _match_merged(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[N
     if past is None:
         return None
     scale, node, name, reader = past
-    if not _plain(node, "MatMul") or not _sole(uses, name, reader):
+    if not is_plain(node, "MatMul") or not _sole(uses, name, reader):
         return None
     assert node is not None
     nodes.append(node)
     keep: set[int] = set()
     q = _merged(graph, uses, node.inputs[0], node, nodes, keep, True)
     kt = uses.producer.get(node.inputs[1])
-    if q is None or not _plain(kt, "Transpose") or not _sole(uses, node.inputs[1], node):
+    if q is None or not is_plain(kt, "Transpose") or not _sole(uses, node.inputs[1], node):
         return None
     assert kt is not None
     if list(kt.attrs.get("perm", [])) != [0, 2, 1]:
@@ -402,7 +398,7 @@ def _match_merged(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[N
     k = _merged(graph, uses, kt.inputs[0], kt, nodes, keep, True)
     probs = softmax.outputs[0]
     mm2 = uses.only_reader(probs)
-    if k is None or not _plain(mm2, "MatMul") or mm2 is None or mm2.inputs[0] != probs:
+    if k is None or not is_plain(mm2, "MatMul") or mm2 is None or mm2.inputs[0] != probs:
         return None
     nodes.append(mm2)
     v = _merged(graph, uses, mm2.inputs[1], mm2, nodes, keep, False)
@@ -410,7 +406,12 @@ def _match_merged(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[N
         return None
     tail, last = mm2, ""
     after = uses.only_reader(mm2.outputs[0])
-    if _plain(after, "Reshape") and after is not None and len(after.inputs) > 1 and not after.attrs.get("allowzero", 0):
+    if (
+        is_plain(after, "Reshape")
+        and after is not None
+        and len(after.inputs) > 1
+        and not after.attrs.get("allowzero", 0)
+    ):
         nodes.append(after)
         tail, last = after, after.inputs[1]
     attrs: dict[str, float | int] = {
@@ -429,18 +430,18 @@ def _match_merged(graph: Graph, uses: Uses, softmax: Node) -> tuple[Node, list[N
 def _split_scores(uses: Uses, name: str) -> bool:
     """``name`` is Reshape of a [scaled] product: 3-D scores viewed in 4-D for the mask."""
     node = uses.producer.get(name)
-    if not _plain(node, "Reshape") or node is None or len(node.inputs) < 2 or node.attrs.get("allowzero", 0):
+    if not is_plain(node, "Reshape") or node is None or len(node.inputs) < 2 or node.attrs.get("allowzero", 0):
         return False
-    return _plain(uses.producer.get(node.inputs[0]), "MatMul") or _scaled(uses, node.inputs[0])
+    return is_plain(uses.producer.get(node.inputs[0]), "MatMul") or _scaled(uses, node.inputs[0])
 
 
 def _scores_source(uses: Uses, name: str) -> bool:
     """``name`` is a product of Q and K, scaled, or such a product masked by a Where: the
     scores an additive mask may follow."""
     node = uses.producer.get(name)
-    if _plain(node, "Where") and node is not None and len(node.inputs) == 3:
-        return any(_plain(uses.producer.get(i), "MatMul") or _scaled(uses, i) for i in node.inputs[1:])
-    return _plain(node, "MatMul") or _scaled(uses, name)
+    if is_plain(node, "Where") and node is not None and len(node.inputs) == 3:
+        return any(is_plain(uses.producer.get(i), "MatMul") or _scaled(uses, i) for i in node.inputs[1:])
+    return is_plain(node, "MatMul") or _scaled(uses, name)
 
 
 def _where_mask(graph: Graph, uses: Uses, where: Node, nodes: list[Node]) -> tuple[tuple[str, float, int], str] | None:
@@ -455,13 +456,13 @@ def _where_mask(graph: Graph, uses: Uses, where: Node, nodes: list[Node]) -> tup
     for keep, data, fill_name in ((1, a, b), (0, b, a)):
         fill = scalar_value(constant(graph, fill_name))
         source = uses.producer.get(data)
-        if fill is None or not (_plain(source, "MatMul") or _scaled(uses, data)):
+        if fill is None or not (is_plain(source, "MatMul") or _scaled(uses, data)):
             continue
         extra: list[Node] = []
         expand = uses.producer.get(cond)
-        if _plain(expand, "Expand") and expand is not None and uses.only_reader(cond) is where:
+        if is_plain(expand, "Expand") and expand is not None and uses.only_reader(cond) is where:
             shape = uses.producer.get(expand.inputs[1])
-            if _plain(shape, "Shape") and shape is not None and shape.inputs[0] == data and not shape.attrs:
+            if is_plain(shape, "Shape") and shape is not None and shape.inputs[0] == data and not shape.attrs:
                 if uses.only_reader(expand.inputs[1]) is expand:
                     extra, cond = [expand, shape], expand.inputs[0]
         if not _sole(uses, data, where) and not (
@@ -491,16 +492,16 @@ def _given_per_head(
     node go to ``nodes``."""
     node = uses.producer.get(name)
     scale, scaling, runtime = 1.0, None, ""
-    if (_plain(node, "Mul") or _plain(node, "Div")) and _sole(uses, name, reader):
+    if (is_plain(node, "Mul") or is_plain(node, "Div")) and _sole(uses, name, reader):
         assert node is not None
-        inner = next((i for i in node.inputs if _plain(uses.producer.get(i), "Transpose")), None)
+        inner = next((i for i in node.inputs if is_plain(uses.producer.get(i), "Transpose")), None)
         factor = None if inner is None else _scalar_factor(graph, node, inner)
         found = _runtime_factor(graph, node, inner) if inner is not None and factor is None else None
         if factor is None and found is None:
             return None
         runtime = found or ""
         scale, scaling, reader, name, node = factor or 1.0, node, node, inner, uses.producer.get(inner)
-    if not _plain(node, "Transpose") or not _sole(uses, name, reader):
+    if not is_plain(node, "Transpose") or not _sole(uses, name, reader):
         return None
     assert node is not None
     if list(node.attrs.get("perm", [])) != [0, 1, 3, 2] or _rank(graph, node.inputs[0]) != 4:
@@ -522,7 +523,7 @@ def _query_per_head(
     computed at run time ("" for none)."""
     node = uses.producer.get(name)
     scale = 1.0
-    if (_plain(node, "Mul") or _plain(node, "Div")) and _sole(uses, name, reader):
+    if (is_plain(node, "Mul") or is_plain(node, "Div")) and _sole(uses, name, reader):
         assert node is not None
         inner = (
             node.inputs[0]
@@ -548,16 +549,16 @@ def _scaled(uses: Uses, name: str) -> bool:
     """``name`` is a Mul/Div of a MatMul result (the scale written before the mask)."""
     node = uses.producer.get(name)
     return (
-        (_plain(node, "Mul") or _plain(node, "Div"))
+        (is_plain(node, "Mul") or is_plain(node, "Div"))
         and node is not None
-        and _plain(uses.producer.get(node.inputs[0]), "MatMul")
+        and is_plain(uses.producer.get(node.inputs[0]), "MatMul")
     )
 
 
 def run(graph: Graph) -> bool:
     sweep = Sweep(graph)
     for node in list(graph.nodes):
-        if not _plain(node, "Softmax") or not sweep.fresh(node):
+        if not is_plain(node, "Softmax") or not sweep.fresh(node):
             continue
         m = _match(graph, sweep.uses, node) or _match_merged(graph, sweep.uses, node)
         if m is None or not sweep.fresh(*m[1]):

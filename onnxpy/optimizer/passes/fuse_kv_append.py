@@ -15,29 +15,25 @@ not graph outputs); Concat's axis is 2 or -2 (the Transpose makes the rank 4). R
 from __future__ import annotations
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep
+from ..rewrite import FUSED_DOMAIN, Sweep, is_plain
 
 _HEADS = [0, 2, 1, 3]
-
-
-def _plain(node: Node | None, op: str) -> bool:
-    return node is not None and not node.domain and node.op_type == op
 
 
 def run(graph: Graph) -> bool:
     sweep = Sweep(graph)
     uses = sweep.uses
     for node in list(graph.nodes):
-        if not _plain(node, "Concat") or len(node.inputs) != 2 or not node.outputs[0] or not sweep.fresh(node):
+        if not is_plain(node, "Concat") or len(node.inputs) != 2 or not node.outputs[0] or not sweep.fresh(node):
             continue
         if int(node.attrs.get("axis", 0)) not in (2, -2):
             continue
         past, heads = node.inputs
         transpose = uses.producer.get(heads)
-        if not _plain(transpose, "Transpose") or [int(p) for p in transpose.attrs.get("perm", [])] != _HEADS:
+        if not is_plain(transpose, "Transpose") or [int(p) for p in transpose.attrs.get("perm", [])] != _HEADS:
             continue
         reshape = uses.producer.get(transpose.inputs[0])
-        if not _plain(reshape, "Reshape") or len(reshape.inputs) != 2 or not reshape.inputs[1]:
+        if not is_plain(reshape, "Reshape") or len(reshape.inputs) != 2 or not reshape.inputs[1]:
             continue
         if uses.only_reader(heads) is not node or uses.only_reader(transpose.inputs[0]) is not transpose:
             continue

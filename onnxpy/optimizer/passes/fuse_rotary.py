@@ -15,20 +15,16 @@ graph (the result has the Add's shape).
 from __future__ import annotations
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep, Uses
+from ..rewrite import FUSED_DOMAIN, Sweep, Uses, is_plain
 from ..shape_arith import shape_entries
 
 # torch writes "to the end" as int64's maximum.
 _TO_THE_END = 2**62
 
 
-def _plain(node: Node | None, op: str) -> bool:
-    return node is not None and not node.domain and node.op_type == op
-
-
 def _last_axis_slice(graph: Graph, uses: Uses, node: Node | None, x: str, width: int) -> tuple[int, int] | None:
     """(start, end) of a step-1 Slice of ``x`` along its last axis (of ``width``), bounds clamped."""
-    if not _plain(node, "Slice") or node is None or node.inputs[0] != x or len(node.inputs) < 3:
+    if not is_plain(node, "Slice") or node is None or node.inputs[0] != x or len(node.inputs) < 3:
         return None
     rank = len(graph.shape(x) or [])
     bounds = []
@@ -50,11 +46,11 @@ def _last_axis_slice(graph: Graph, uses: Uses, node: Node | None, x: str, width:
 
 def _match(graph: Graph, uses: Uses, add: Node) -> tuple[Node, list[Node]] | None:
     """(the fused node, the nodes it replaces) for the rotary expression ending at ``add``."""
-    if not _plain(add, "Add") or len(add.inputs) != 2:
+    if not is_plain(add, "Add") or len(add.inputs) != 2:
         return None
     for first, second in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
         direct, rotated = uses.producer.get(first), uses.producer.get(second)
-        if not (_plain(direct, "Mul") and _plain(rotated, "Mul")) or direct is rotated:
+        if not (is_plain(direct, "Mul") and is_plain(rotated, "Mul")) or direct is rotated:
             continue
         assert direct is not None and rotated is not None
         if uses.only_reader(first) is not add or uses.only_reader(second) is not add:
@@ -74,7 +70,7 @@ def _rotate_half(graph: Graph, uses: Uses, cat: Node | None, x: str, reader: Nod
     """(h, nodes) when ``cat``, read by ``reader`` alone, is Concat(-x[..., h:], x[..., :h])
     along x's last axis, x of a static last dimension and a float type."""
     shape = graph.shape(x)
-    if not _plain(cat, "Concat") or cat is None or shape is None or not shape or not isinstance(shape[-1], int):
+    if not is_plain(cat, "Concat") or cat is None or shape is None or not shape or not isinstance(shape[-1], int):
         return None
     if graph.elem_type(x) not in (1, 11, None) or uses.only_reader(cat.outputs[0]) is not reader:
         return None
@@ -82,7 +78,7 @@ def _rotate_half(graph: Graph, uses: Uses, cat: Node | None, x: str, reader: Nod
     if len(cat.inputs) != 2 or int(cat.attrs.get("axis", 0)) not in (-1, rank - 1):
         return None
     neg, low = uses.producer.get(cat.inputs[0]), uses.producer.get(cat.inputs[1])
-    if not _plain(neg, "Neg") or neg is None or uses.only_reader(cat.inputs[0]) is not cat:
+    if not is_plain(neg, "Neg") or neg is None or uses.only_reader(cat.inputs[0]) is not cat:
         return None
     high = uses.producer.get(neg.inputs[0])
     if uses.only_reader(neg.inputs[0]) is not neg or uses.only_reader(cat.inputs[1]) is not cat:
@@ -101,7 +97,7 @@ def _rotate_half(graph: Graph, uses: Uses, cat: Node | None, x: str, reader: Nod
 def run(graph: Graph) -> bool:
     sweep = Sweep(graph)
     for node in list(graph.nodes):
-        if not _plain(node, "Add") or not sweep.fresh(node):
+        if not is_plain(node, "Add") or not sweep.fresh(node):
             continue
         m = _match(graph, sweep.uses, node)
         if m is None or not sweep.fresh(*m[1]):

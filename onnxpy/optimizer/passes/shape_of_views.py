@@ -31,7 +31,7 @@ import numpy as np
 from onnx import AttributeProto, TensorProto, helper
 
 from ...ir.graph import Graph, Node
-from ..rewrite import FUSED_DOMAIN, Sweep, Uses, shape_window
+from ..rewrite import FUSED_DOMAIN, Sweep, Uses, is_plain, shape_window
 
 # Rounds of rewriting: each removes one view layer under the Shape readers.
 MAX_ROUNDS = 8
@@ -47,13 +47,9 @@ _SHAPE_OPS = {
 _VIEWS = frozenset({"Transpose", *_SHAPE_OPS})
 
 
-def _plain(node: Node | None, op: str) -> bool:
-    return node is not None and not node.domain and node.op_type == op
-
-
 def _only_shape_readers(uses: Uses, name: str) -> bool:
     readers = uses.readers_of(name)
-    return bool(readers) and name not in uses.graph_outputs and all(_plain(r, "Shape") for r in readers)
+    return bool(readers) and name not in uses.graph_outputs and all(is_plain(r, "Shape") for r in readers)
 
 
 def _int64_vector(graph: Graph, name: str, length: int | None) -> None:
@@ -147,7 +143,7 @@ def _round(graph: Graph) -> bool:
     sweep = Sweep(graph)
     uses = sweep.uses
     for node in list(graph.nodes):
-        if not _plain(node, "Shape") or not node.inputs or not sweep.fresh(node):
+        if not is_plain(node, "Shape") or not node.inputs or not sweep.fresh(node):
             continue
         view = uses.producer.get(node.inputs[0])
         if view is None or view.domain or view.op_type not in _VIEWS:
