@@ -6,6 +6,11 @@ are read-only arrays that live as long as the session, so the derived form is ca
 the sources' identity, and dropped when a source is freed. A writable source (a weight fed at
 run time, which may change between calls) or one without a writeable flag (a CuPy array) is
 derived afresh each call.
+
+A kernel often derives from a view of a constant made on the call (Gemm's ``B.T``, a slice):
+a new object each time, so its identity alone would miss every call and rebuild the form (a
+QGemm head re-shifted its 1280 x 1000 weight on every run, 4 ms). Such a view is keyed by the
+constant it was taken from and its place in it instead.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+import numpy as np
 
 T = TypeVar("T")
 
@@ -41,17 +48,63 @@ def derived(sources: tuple[Any, ...], tag: tuple[Any, ...], build: Callable[[], 
         hit = _CACHE.get(key)
         if hit is not None and all(ref() is s for ref, s in zip(hit[0], sources)):
             return hit[1]  # type: ignore[no-any-return]
-    value = build()
-    if any(getattr(s.flags, "writeable", True) for s in sources):
+    anchors = tuple([_constant_under(s) for s in sources])
+    if any([a is not s for a, s in zip(anchors, sources)]):
+        # Views of constants: keyed by the constants and each view's place in them.
+        key = (*[id(a) for a in anchors], *[_place(s, a) for s, a in zip(sources, anchors)], *tag)
+        hit = _CACHE.get(key)
+        if hit is not None and all([ref() is a for ref, a in zip(hit[0], anchors)]):
+            return hit[1]  # type: ignore[no-any-return]
+        places = (*(id(a) for a in anchors), *tag)
+        if _PLACES.get(places, 0) >= _MAX_PLACES:
+            return build()  # a view that moves from call to call (a slice at a run-time offset)
+        _store(anchors, key, value := build())
+        if key in _CACHE:
+            if places not in _PLACES:
+                weakref.finalize(anchors[0], _PLACES.pop, places, None)
+            _PLACES[places] = _PLACES.get(places, 0) + 1
         return value
+    _store(sources, key, value := build())
+    return value
+
+
+# Places (views) cached per constants and tag, and the most kept: a kernel takes its views of a
+# weight at the same few places every call; views at ever new places are derived afresh
+# rather than hoarded for the session's life.
+_PLACES: dict[tuple[Any, ...], int] = {}
+_MAX_PLACES = 4
+
+
+def _store(sources: tuple[Any, ...], key: tuple[Any, ...], value: Any) -> None:
+    """Cache ``value`` under ``key`` while every source is alive, if every one is read-only."""
+    if any(getattr(s.flags, "writeable", True) for s in sources):
+        return
     try:
         refs = tuple(weakref.ref(s) for s in sources)
     except TypeError:
-        return value
+        return
     _CACHE[key] = (refs, value)
     for s in sources:
         weakref.finalize(s, _CACHE.pop, key, None)
-    return value
+
+
+def _constant_under(v: Any) -> Any:
+    """The read-only array furthest up ``v``'s chain of bases through read-only arrays: the
+    constant a read-only view was taken from (``v`` itself when it is no such view). A view of
+    a writable array stops at the view, which dies with the call."""
+    if v.__class__ is not np.ndarray or v.flags.writeable:
+        return v
+    while v.base.__class__ is np.ndarray and not v.base.flags.writeable:
+        v = v.base
+    return v
+
+
+def _place(view: np.ndarray, whole: np.ndarray) -> tuple[Any, ...]:
+    """Where ``view`` lies in ``whole``'s memory (which stays put while ``whole`` lives): its
+    address, shape, strides and dtype."""
+    if view is whole:
+        return ()
+    return (view.__array_interface__["data"][0], view.shape, view.strides, view.dtype.str)
 
 
 def in_dtype(v: Any, dtype: Any) -> Any:

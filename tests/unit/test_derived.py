@@ -7,6 +7,7 @@ import gc
 from typing import Any
 
 import numpy as np
+import pytest
 
 from onnxpy.ops import _derived
 
@@ -78,3 +79,167 @@ def test_in_dtype_converts_a_constant_once_and_a_writable_value_every_time() -> 
     a, b = in_dtype(fed, np.dtype(np.float32)), in_dtype(fed, np.dtype(np.float32))
     assert a is not b and a.flags.writeable
     assert in_dtype(first, np.dtype(np.float32)) is first
+
+
+def test_views_of_a_constant_made_on_each_call_share_one_entry() -> None:
+    # Kernels derive from views taken on the call (Gemm's B.T, a slice): a new object each
+    # time, so the entry must be found through the constant under it.
+    w = np.arange(12.0).reshape(3, 4).copy()  # owns its memory, as a loaded weight does
+    w.flags.writeable = False
+    calls: list[int] = []
+    for _ in range(3):
+        t = w.T
+        assert _derived.derived((t,), ("t",), _counting_build(calls, t)) == 66
+    assert len(calls) == 1
+    # Another place in the same memory is another entry, and so is another shape.
+    assert _derived.derived((w[1:],), ("t",), _counting_build(calls, w[1:])) == 60
+    assert _derived.derived((w[:, :2].T,), ("t",), _counting_build(calls, w[:, :2].T)) == 27
+    assert _derived.derived((w[1:],), ("t",), _counting_build(calls, w[1:])) == 60
+    assert len(calls) == 3
+    # A pair: one source a view, the other the constant itself.
+    for _ in range(2):
+        _derived.derived((w.T, w), ("pair",), _counting_build(calls, w))
+    assert len(calls) == 4
+    keys = [k for k, (refs, _) in _derived._CACHE.items() if any(r() is w for r in refs)]
+    assert len(keys) == 4
+    del w, t
+    gc.collect()
+    assert not any(k in _derived._CACHE for k in keys)
+
+
+def test_a_read_only_view_of_a_writable_array_is_rebuilt() -> None:
+    x = np.arange(4.0)  # a value computed at run time: it may change
+    calls: list[int] = []
+    for value in (10.0, 20.0):
+        x[0] = value
+        view = np.broadcast_to(x, (2, 4))  # read-only, over writable memory
+        assert _derived.derived((view,), ("t",), _counting_build(calls, view)) == 2 * (value + 6)
+    assert len(calls) == 2
+
+
+def _count_builds(monkeypatch: Any) -> list[tuple[Any, ...]]:
+    """Record the tag of every form built from read-only sources, whichever kernel asks."""
+    import sys
+
+    builds: list[tuple[Any, ...]] = []
+    real = _derived.derived
+
+    def spy(sources: tuple[Any, ...], tag: tuple[Any, ...], build: Any) -> Any:
+        def counted() -> Any:
+            if not any(getattr(s.flags, "writeable", True) for s in sources):
+                builds.append(tag)
+            return build()
+
+        return real(sources, tag, counted)
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("onnxpy") and getattr(module, "derived", None) is real:
+            monkeypatch.setattr(module, "derived", spy)
+    return builds
+
+
+def _gemm_head() -> Any:
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((1024, 256)).astype(np.float32), "w")  # 1 MB, oblong
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)
+    graph = helper.make_graph(
+        [node],
+        "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])],
+        [w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), {
+        "x": rng.standard_normal((1, 256)).astype(np.float32)
+    }
+
+
+def _qgemm_head() -> Any:
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    consts = {
+        "sa": np.float32(0.02),
+        "za": np.uint8(128),
+        "b": rng.integers(-100, 100, (64, 256)).astype(np.int8),
+        "sb": np.float32(0.004),
+        "zb": np.int8(0),
+    }
+    node = helper.make_node("QGemm", ["a", "sa", "za", "b", "sb", "zb"], ["y"], domain="com.microsoft", transB=1)
+    graph = helper.make_graph(
+        [node],
+        "qhead",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [1, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()],
+    )
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets), {"a": rng.integers(0, 255, (1, 256)).astype(np.uint8)}
+
+
+@pytest.mark.parametrize("model", [_gemm_head, _qgemm_head], ids=["gemm-transB-one-row", "qgemm-transB"])
+def test_runs_after_the_first_derive_nothing(model: Any, monkeypatch: Any) -> None:
+    # Both kernels derive from B.T, a view made on each call: the form of the weight must come
+    # from the cache on every run after the first (it was rebuilt every run: a QGemm head
+    # shifted its whole weight to float each time).
+    import onnxpy
+
+    builds = _count_builds(monkeypatch)
+    proto, feeds = model()
+    sess = onnxpy.InferenceSession(proto.SerializeToString())
+    first = sess.run(None, feeds)[0]
+    assert builds, "the kernel derives a form of its weight"
+    builds.clear()
+    for _ in range(3):
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], first)
+    assert builds == []
+
+
+def _real_models() -> list[Any]:
+    from onnxpy.cli import demo_model_path
+    from tests.helpers import SHARED_MODELS, light_models, shared_models
+
+    models = [pytest.param(demo_model_path(), id="demo")]
+    models += [pytest.param(p, id=p.stem) for p in light_models() if p.stem == "light_shufflenet"]
+    shared = [pytest.param(p, id=p.stem) for p in shared_models()]
+    reason = f"{SHARED_MODELS} is absent (a clone without ../shared)"
+    return models + (shared or [pytest.param(None, id="shared", marks=pytest.mark.skip(reason=reason))])
+
+
+@pytest.mark.parametrize("path", _real_models())
+def test_real_models_derive_nothing_after_the_first_run(path: Any, monkeypatch: Any) -> None:
+    # Light ShuffleNet's classifier (Gemm with transB, one row) re-laid its 2.2 MB weight for
+    # the one-row product on every run.
+    import onnx
+
+    import onnxpy
+    from onnxpy.tools.feeds import make_feeds
+
+    builds = _count_builds(monkeypatch)
+    sess = onnxpy.InferenceSession(str(path))
+    feeds = make_feeds(onnx.load(str(path), load_external_data=False), batch=1, seed=0).arrays
+    sess.run(None, feeds)
+    builds.clear()
+    for _ in range(2):
+        sess.run(None, feeds)
+    assert builds == []
+
+
+def test_views_at_ever_new_places_are_not_hoarded() -> None:
+    # A slice at a run-time offset (a position table read one step further each call) must
+    # not leave one cached form per offset for the constant's whole life.
+    table = np.arange(400.0).reshape(100, 4).copy()
+    table.flags.writeable = False
+    calls: list[int] = []
+    for step in range(20):
+        row = table[step : step + 1]
+        assert _derived.derived((row,), ("rows",), _counting_build(calls, row)) == row.sum()
+    kept = [k for k, (refs, _) in _derived._CACHE.items() if refs[0]() is table and "rows" in k]
+    assert 1 <= len(kept) <= _derived._MAX_PLACES
+    assert len(calls) == 20
+    # The places it kept are still found.
+    first = table[0:1]
+    _derived.derived((first,), ("rows",), _counting_build(calls, first))
+    assert len(calls) == 20
