@@ -83,6 +83,11 @@ def _store(sources: tuple[Any, ...], key: tuple[Any, ...], value: Any) -> None:
         refs = tuple(weakref.ref(s) for s in sources)
     except TypeError:
         return
+    if value.__class__ is np.ndarray and value.flags.writeable:
+        # Shared by every later call: read-only, so no kernel writes into it and forms derived
+        # from it in turn are cached too (a QLinearConv's shifted weights, then their
+        # depthwise tiling, which was rebuilt on every call).
+        value.flags.writeable = False
     _CACHE[key] = (refs, value)
     for s in sources:
         weakref.finalize(s, _CACHE.pop, key, None)
