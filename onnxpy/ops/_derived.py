@@ -61,7 +61,8 @@ def derived(sources: tuple[Any, ...], tag: tuple[Any, ...], build: Callable[[], 
         _store(anchors, key, value := build())
         if key in _CACHE:
             if places not in _PLACES:
-                weakref.finalize(anchors[0], _PLACES.pop, places, None)
+                for a in anchors:  # the count goes with the first of them to go, as its entries do
+                    weakref.finalize(a, _PLACES.pop, places, None)
             _PLACES[places] = _PLACES.get(places, 0) + 1
         return value
     _store(sources, key, value := build())

@@ -287,3 +287,10 @@ def test_views_at_ever_new_places_are_not_hoarded() -> None:
     first = table[0:1]
     _derived.derived((first,), ("rows",), _counting_build(calls, first))
     assert len(calls) == 20
+    # The count of places goes with the constant, as its entries do.
+    counted = [k for k in _derived._PLACES if k[0] == id(table)]
+    assert counted
+    del table, row, first
+    gc.collect()
+    assert not any(k in _derived._PLACES for k in counted)
+    assert not any(k in _derived._CACHE for k in kept)
