@@ -54,6 +54,9 @@ def derived(sources: tuple[Any, ...], tag: tuple[Any, ...], build: Callable[[], 
         key = (*[id(a) for a in anchors], *[_place(s, a) for s, a in zip(sources, anchors)], *tag)
         hit = _CACHE.get(key)
         if hit is not None and all([ref() is a for ref, a in zip(hit[0], anchors)]):
+            # Also under these very objects, while they live: a constant that is itself a view
+            # (a reshaped weight) then hits on the first lookup from its next call on.
+            _store(sources, (*[id(s) for s in sources], *tag), hit[1])
             return hit[1]  # type: ignore[no-any-return]
         places = (*(id(a) for a in anchors), *tag)
         if _PLACES.get(places, 0) >= _MAX_PLACES:
@@ -64,6 +67,7 @@ def derived(sources: tuple[Any, ...], tag: tuple[Any, ...], build: Callable[[], 
                 for a in anchors:  # the count goes with the first of them to go, as its entries do
                     weakref.finalize(a, _PLACES.pop, places, None)
             _PLACES[places] = _PLACES.get(places, 0) + 1
+            _store(sources, (*[id(s) for s in sources], *tag), value)
         return value
     _store(sources, key, value := build())
     return value
