@@ -140,6 +140,10 @@ _GELU_Q = (
     2.6460439813227033e-07,
     -3.5146063724435824e-09,
 )
+# Q in base 2: exp(Q(u) v) = exp2(Q2(u) v). numpy's float32 exp2 runs about 1.7x as fast as
+# its exp (65,536 values: 24 against 42 us; 3.7 against 3.3 ulp), and the factor rides in the
+# coefficients, so no pass is added (BERT's 128x512 GELU 126 -> 109 us).
+_GELU_Q2 = tuple(c * math.log2(math.e) for c in _GELU_Q)
 
 
 # Values per block of a large GELU. Each of its 18 passes then reads and writes arrays of 128 KB
@@ -160,19 +164,19 @@ def gelu32(xp: Any, x: Any, out: Any = None) -> Any:
     # Huge |x| overflow u and Q(u) to +-inf on purpose (see above): no warnings for that.
     with np.errstate(over="ignore", invalid="ignore"):
         u = v * v
-        q = u * np.float32(_GELU_Q[-1])
+        q = u * np.float32(_GELU_Q2[-1])
         _gelu_finish(xp, v, u, q)
         return xp.divide(v, q, out=q if out is None else out)
 
 
 def _gelu_finish(xp: Any, v: Any, u: Any, q: Any) -> None:
-    """q = 1 + exp(Q(u) v) in place, from q = u * Q's leading coefficient (GELU is v / q)."""
-    q += np.float32(_GELU_Q[-2])
-    for c in _GELU_Q[-3::-1]:
+    """q = 1 + exp(Q(u) v) in place, from q = u * Q2's leading coefficient (GELU is v / q)."""
+    q += np.float32(_GELU_Q2[-2])
+    for c in _GELU_Q2[-3::-1]:
         q *= u
         q += np.float32(c)
     q *= v
-    xp.exp(q, out=q)  # exp(-2 g(x)); overflows to inf for very negative x, giving -0
+    xp.exp2(q, out=q)  # exp(-2 g(x)); overflows to inf for very negative x, giving -0
     q += np.float32(1.0)
 
 
@@ -189,7 +193,7 @@ def _gelu32_blocked(v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     flat, y = views
     u = np.empty(_GELU_BLOCK, dtype=np.float32)
     q = np.empty(_GELU_BLOCK, dtype=np.float32)
-    lead = np.float32(_GELU_Q[-1])
+    lead = np.float32(_GELU_Q2[-1])
     with np.errstate(over="ignore", invalid="ignore"):
         for start in range(0, flat.size, _GELU_BLOCK):
             block = flat[start : start + _GELU_BLOCK]
