@@ -388,6 +388,21 @@ def test_sigmoid_is_accurate_on_both_sides_without_warnings(dtype: type) -> None
     np.testing.assert_array_equal(out, got)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16])
+def test_reciprocal_gives_numpys_bits_and_dtype(dtype: type) -> None:
+    """Reciprocal (and Sigmoid's last pass) divide 1 by the array on numpy float32/float64,
+    which runs about twice as fast as np.reciprocal: the same bits, signed zeros, infinities,
+    NaN and subnormals included, and x's dtype; other dtypes keep np.reciprocal."""
+    tiny = float(np.finfo(np.float32).tiny)
+    values = [0.0, -0.0, np.inf, -np.inf, np.nan, 3.0, -7.5, 1e-3, 1e30, -1e30, tiny / 4, 1e-45]
+    with np.errstate(all="ignore"):  # 1e30 overflows to inf in float16
+        x = np.concatenate([values, np.random.default_rng(5).standard_normal(1000) * 50]).astype(dtype)
+        want = np.reciprocal(x)
+        got = elementwise.reciprocal(np, x)
+    assert got.dtype == x.dtype and got.shape == x.shape
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
 @pytest.mark.parametrize("layout", ["nchw", "channels_last", "strided", "in_place"])
 def test_large_sigmoids_run_in_blocks_of_memory(monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
     """Arrays over four blocks run a block at a time in their own memory order (here blocks of
