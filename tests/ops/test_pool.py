@@ -574,3 +574,53 @@ def test_strided_innermost_pass_is_the_subsampled_flat_one() -> None:
     np.testing.assert_array_equal(got, want)
     two = P._AxisTaps(((0, 55), (0, 55)), 0, (1,), 2, 2, 1, 0, 55)
     assert P._subsampled_plan(x.shape, x.itemsize, True, 3, two) is None
+
+
+def test_strided_rows_pass_is_the_subsampled_flat_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows axis of an NCHW input takes the subsampled flat pass too (every row shift
+    combined at stride 1, then every s-th row kept): the same values as the strided taps,
+    including the windows that start in the padding; blocked pools of a contiguous input use
+    it for their first pass, a strided view keeps the strided steps, and channels-last input
+    (whose rows are long runs already) keeps its own passes."""
+    from onnxpy.ops import pool as P
+
+    x = np.random.default_rng(8).standard_normal((1, 3, 112, 9)).astype(np.float32)
+    # 3 taps at stride 2 with one row of padding on top: output row 0 reads rows -1..1.
+    padded = P._AxisTaps(((1, 56), (0, 56), (0, 56)), 1, (0, 2), 3, 2, 1, 1, 56)
+    plan = P._subsampled_plan(x.shape, x.itemsize, True, 2, padded)
+    assert plan is not None and plan.kind == "subsampled" and plan.edges
+    got = P._run_pass(np, x, plan, np.maximum)
+    want = np.maximum(x[:, :, 0:111:2], x[:, :, 1:112:2])
+    want[:, :, 1:] = np.maximum(want[:, :, 1:], x[:, :, 1:110:2])
+    np.testing.assert_array_equal(got, want)
+    two = P._AxisTaps(((0, 56), (0, 56)), 0, (1,), 2, 2, 1, 0, 56)
+    assert P._subsampled_plan(x.shape, x.itemsize, True, 2, two) is None
+    assert P._subsampled_plan(x.shape, x.itemsize, False, 2, padded) is None  # needs one run of memory
+    assert P._subsampled_plan((1, 3, 112, 9, 4), 4, True, 2, padded) is None  # not the rows axis
+
+    big = (1, 64, 111, 111)
+    P._clipped_plan.cache_clear()
+    blocked = P._clipped_plan(big, 4, True, True, (3, 3), (2, 2), (1, 1), (0, 0), (55, 55))
+    assert isinstance(blocked, P._BlockedPlan) and blocked.first_subsampled is not None
+    assert blocked.first_subsampled_last is not None
+    strided = P._clipped_plan(big, 4, False, True, (3, 3), (2, 2), (1, 1), (0, 0), (55, 55))
+    assert isinstance(strided, P._BlockedPlan) and strided.first_subsampled is None
+    channels_last = P._clipped_plan((1, 27, 27, 64), 4, True, True, (3, 3), (2, 2), (1, 1), (0, 0), (13, 13), 1)
+    assert isinstance(channels_last, tuple) and [p.kind for p in channels_last] == ["axis", "axis"]
+    x = np.random.default_rng(9).standard_normal(big).astype(np.float32)
+    calls: list[int] = []
+    run = P._run_subsampled
+
+    def counted(src: Any, acc: Any, plan: Any, line: Any, combine: Any) -> None:
+        calls.append(acc.shape[2])
+        run(src, acc, plan, line, combine)
+
+    monkeypatch.setattr(P, "_run_subsampled", counted)
+    y = P._max_pool(np, x, [3, 3], [2, 2], [1, 1], [0, 0, 0, 0], "NOTSET", 1, 0, False)
+    per_block = blocked.per_block
+    assert calls == [55, 55] * -(-64 // per_block)  # rows, then columns, in every block
+    want = x[:, :, 0:109:2, 0:109:2]
+    for i in range(3):
+        for j in range(3):
+            want = np.maximum(want, x[:, :, i : i + 109 : 2, j : j + 109 : 2])
+    np.testing.assert_array_equal(y, want)
