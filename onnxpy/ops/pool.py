@@ -587,7 +587,9 @@ def _run_blocked(x: np.ndarray, plan: _BlockedPlan, combine: Any, floor: float |
     per_block = plan.per_block
     y = np.empty((n, c, *plan.out), dtype=x.dtype)
     mid = np.empty((1, min(c, per_block), plan.out[0], w), dtype=x.dtype)
-    line = np.empty(min(c, per_block) * (h if plan.first_subsampled else plan.out[0]) * w, dtype=x.dtype)
+    # The flat line holds a block's rows pass at stride 1 (h rows) where that pass is subsampled.
+    flat_rows = h if plan.first_subsampled or plan.first_subsampled_last else plan.out[0]
+    line = np.empty(min(c, per_block) * flat_rows * w, dtype=x.dtype)
     for i in range(n):
         for c0 in range(0, c, per_block):
             block = (slice(i, i + 1), slice(c0, c0 + per_block))
