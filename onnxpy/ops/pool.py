@@ -732,9 +732,9 @@ def _subsampled_plan(
     """The pass along the innermost axis or the one before it (rows) for strided windows of 3
     taps or more: every tap combined at stride 1 over the whole array as one flat line
     (contiguous loops, which numpy runs with SIMD), then every s-th position (row) kept,
-    instead of one strided loop per tap (per row). Twice the
-    elements per combine, but measured 5-25% faster on 3x3/2 max pools (64x112x112: 800 ->
-    595 us); slower for 2-tap windows, which keep the strided form. Positions whose window
+    instead of one strided loop per tap (per row). Twice the elements per combine, but
+    measured 5-25% faster on 3x3/2 max pools (64x112x112: 800 -> 595 us); slower for 2-tap
+    windows, which keep the strided form. Positions whose window
     crosses the axis's ends are recomputed (``_edge_steps``). None where it does not apply,
     including arrays over _SUBSAMPLED_MAX_BYTES."""
     ranges, base, others, k, s, d, b, o = taps
