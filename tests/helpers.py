@@ -15,6 +15,22 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parent.parent
 SHARED_MODELS = REPO.parent / "shared" / "models"
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def load_benchmark(name: str) -> Any:
+    """benchmarks/<name>.py loaded as a module (the folder is not a package), registered in
+    sys.modules under a name of its own, where dataclasses look their module up."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(f"onnxpy_bench_{name}", REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 DEMO_MODEL = REPO / "onnxpy" / "data" / "demo.onnx"
 
 

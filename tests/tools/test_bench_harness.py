@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -18,7 +17,7 @@ import pytest
 from onnx import numpy_helper
 
 from onnxpy.tools.feeds import model_inputs
-from tests.helpers import LIGHT_DIR
+from tests.helpers import LIGHT_DIR, load_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks" / "bench.py"
@@ -26,21 +25,7 @@ BENCH = REPO / "benchmarks" / "bench.py"
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("onnxpy_bench_script", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _benchmark_module(name: str) -> ModuleType:
-    """benchmarks/<name>.py, loaded as a module (the folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"onnxpy_bench_{name}", REPO / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench")
 
 
 def _small_cnn(after_conv: list[onnx.NodeProto], rng: np.random.Generator) -> onnx.GraphProto:
@@ -164,7 +149,7 @@ def test_quantized_variants_run_in_both_runtimes(tmp_path: Path) -> None:
     integer input a dynamically quantized one; each loads and runs in onnxpy and onnxruntime."""
     import onnxpy
 
-    quantized = _benchmark_module("quantized")
+    quantized = load_benchmark("quantized")
     rng = np.random.default_rng(0)
     cnn = _small_cnn([onnx.helper.make_node("Relu", ["c"], ["y"])], rng)
     embed = onnx.helper.make_graph(
@@ -203,7 +188,7 @@ def test_half_variants_are_float16_models_both_runtimes_agree_on(tmp_path: Path)
     """benchmarks/half.py: weights, inputs, outputs and Casts to float become float16."""
     import onnxpy
 
-    half = _benchmark_module("half")
+    half = load_benchmark("half")
     rng = np.random.default_rng(0)
     graph = _small_cnn(
         [

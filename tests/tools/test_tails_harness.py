@@ -4,7 +4,6 @@ input agreeing with onnxruntime, the cliff rule, and refused arguments."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 import onnxpy
 from onnxpy.tools.benchmark import compare_outputs
+from tests.helpers import load_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
 TAILS = REPO / "benchmarks" / "tails.py"
@@ -24,12 +24,7 @@ TAILS = REPO / "benchmarks" / "tails.py"
 
 @pytest.fixture(scope="module")
 def tails() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("onnxpy_bench_tails", TAILS)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("tails")
 
 
 def _run(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict | None]:
