@@ -219,7 +219,7 @@ def _softmax_rows_shared_shift(x: np.ndarray) -> tuple[np.ndarray, bool] | None:
             shifted = rows - rows.max(axis=1, keepdims=True)
             np.exp(shifted, out=shifted)
             e[low] = shifted
-            total[low] = shifted.sum(axis=1)
+            total[low] = shifted @ ones  # a BLAS product, as above: sum(axis=1) is 10x slower
         np.divide(x.dtype.type(1), total, out=total)
         e *= total[:, None]
     return out.reshape(x.shape), clean
