@@ -16,6 +16,8 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_MODELS = REPO.parent / "shared" / "models"
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
+DEMO_MODEL = REPO / "onnxpy" / "data" / "demo.onnx"
+
 
 def load_benchmark(name: str) -> Any:
     """benchmarks/<name>.py loaded as a module (the folder is not a package), registered in
@@ -29,9 +31,6 @@ def load_benchmark(name: str) -> Any:
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
-
-
-DEMO_MODEL = REPO / "onnxpy" / "data" / "demo.onnx"
 
 
 def python_lines_run(fn: Any) -> tuple[Any, int]:
