@@ -15,7 +15,6 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parent.parent
 SHARED_MODELS = REPO.parent / "shared" / "models"
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-
 DEMO_MODEL = REPO / "onnxpy" / "data" / "demo.onnx"
 
 
