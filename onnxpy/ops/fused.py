@@ -231,14 +231,6 @@ def pointwise_depthwise_conv(
     one dense GEMM with block-diagonal weights, its columns in shuffled order: g times the
     multiply-adds of the grouped form, but one BLAS call instead of g narrow ones, writing the
     depthwise layer's channels-last input directly (ShuffleNet's units)."""
-    conv_attrs = {
-        "auto_pad": auto_pad,
-        "dilations": dilations,
-        "group": group,
-        "kernel_shape": kernel_shape,
-        "pads": pads,
-        "strides": strides,
-    }
     key = (
         xp is np and X.__class__ is np.ndarray,
         X.shape,
@@ -256,27 +248,33 @@ def pointwise_depthwise_conv(
         None if pads is None else tuple(pads),
         None if strides is None else tuple(strides),
     )
-    plan = memoized(
-        ctx,
-        None if ctx is None else key,
-        lambda: _pointwise_depthwise_plan(
-            key[0],
-            X,
-            W1,
-            B1,
-            W,
-            B,
-            group1,
-            shuffle_groups1,
-            auto_pad,
-            dilations,
-            group,
-            kernel_shape,
-            pads,
-            strides,
+    memo = None if ctx is None else getattr(ctx, "memo", None)
+    plan = _NO_PLAN if memo is None else memo.get(key, _NO_PLAN)
+    if plan is _NO_PLAN:
+        # Shapes and attributes only, so once per node and input shapes; the epilogues too
+        # (a run made two closures a call here before).
+        plan = memoized(
             ctx,
-        ),
-    )
+            None if ctx is None else key,
+            lambda: _pointwise_depthwise_plan(
+                key[0],
+                X,
+                W1,
+                B1,
+                W,
+                B,
+                group1,
+                shuffle_groups1,
+                auto_pad,
+                dilations,
+                group,
+                kernel_shape,
+                pads,
+                strides,
+                lambda: (_epilogue(xp, activation1, activation1_params), _epilogue(xp, activation, activation_params)),
+                ctx,
+            ),
+        )
     if plan is None:
         y = fused_conv(
             xp,
@@ -290,9 +288,21 @@ def pointwise_depthwise_conv(
             ctx=ctx,
         )
         return fused_conv(
-            xp, y, W, B, **conv_attrs, activation=activation, activation_params=activation_params, ctx=ctx
+            xp,
+            y,
+            W,
+            B,
+            auto_pad=auto_pad,
+            dilations=dilations,
+            group=group,
+            kernel_shape=kernel_shape,
+            pads=pads,
+            strides=strides,
+            activation=activation,
+            activation_params=activation_params,
+            ctx=ctx,
         )
-    begin, out, st = plan
+    begin, out, st, first, second = plan
     dt = X.dtype
     w1b1 = derived(
         (W1,) if B1 is None else (W1, B1),
@@ -302,14 +312,18 @@ def pointwise_depthwise_conv(
     return pointwise_depthwise_channels_last(
         X,
         w1b1,
-        _epilogue(xp, activation1, activation1_params),
+        first,
         W.astype(dt, copy=False),
         None if B is None else B.astype(dt, copy=False),
         begin,
         out,
         st,
-        _epilogue(xp, activation, activation_params),
+        second,
     )
+
+
+# A memo miss (None is a remembered plan: "no fast path").
+_NO_PLAN = object()
 
 
 def _pointwise_depthwise_plan(
@@ -327,11 +341,12 @@ def _pointwise_depthwise_plan(
     kernel_shape: list[int] | None,
     pads: list[int] | None,
     strides: list[int] | None,
+    epilogues: Callable[[], tuple[Any, Any]],
     ctx: Any,
-) -> tuple[list[int], list[int], list[int]] | None:
-    """(begin, out, strides) of PointwiseDepthwiseConv's fast path, checked (allocation budget
-    included), or None where it does not apply: shapes and attributes only, so once per node
-    and input shapes."""
+) -> tuple[list[int], list[int], list[int], Any, Any] | None:
+    """(begin, out, strides, the 1x1's and the depthwise layer's in-place activations) of
+    PointwiseDepthwiseConv's fast path, checked (allocation budget included), or None where it
+    does not apply: shapes and attributes only, so once per node and input shapes."""
     fast = (
         numpy_arrays
         and X.ndim == 4
@@ -363,7 +378,7 @@ def _pointwise_depthwise_plan(
         [st[0] * (out[0] - 1) + kh, st[1] * (out[1] - 1) + kw, m], X.dtype, ctx, "PointwiseDepthwiseConv (padded)"
     )
     check_alloc([X.shape[0], m, *out], X.dtype, ctx, "PointwiseDepthwiseConv (output)")
-    return begin, out, st
+    return begin, out, st, *epilogues()
 
 
 def _augmented_t(w1: np.ndarray, b1: np.ndarray | None, dt: np.dtype, group: int, shuffle: int) -> np.ndarray:

@@ -247,3 +247,60 @@ def test_kernel_fallback_matches_the_fast_path(group1: int, shuffle: int) -> Non
     np.testing.assert_allclose(fast, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(slow, want, rtol=2e-2, atol=2e-2)
     assert fast.shape == want.shape == (2, 8, 4, 6)
+
+
+class _NodeContext:
+    """The part of the executor's kernel context this kernel reads: the node's memo."""
+
+    def __init__(self) -> None:
+        self.memo: dict[Any, Any] = {}
+
+
+def test_a_nodes_plan_keeps_its_two_activations_apart() -> None:
+    """The plan remembered per node and input shape carries both in-place activations: calls
+    that reuse it (and a second input shape with a plan of its own) apply Clip to the 1x1 and
+    Relu to the depthwise result, not the other way round (values above 6 tell them apart)."""
+    rng = np.random.default_rng(5)
+    w1 = 3 * rng.standard_normal((8, 4, 1, 1)).astype(np.float32)
+    b1 = rng.standard_normal(8).astype(np.float32)
+    w2 = 3 * rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+    b2 = rng.standard_normal(8).astype(np.float32)
+    attrs: dict[str, Any] = {"group": 8, "pads": [1, 1, 1, 1]}
+    ctx = _NodeContext()
+    for shape in [(1, 4, 6, 5), (1, 4, 6, 5), (2, 4, 9, 7), (1, 4, 6, 5)]:
+        x = 4 * rng.standard_normal(shape).astype(np.float32)
+        mid = fused_conv(np, x, w1, b1, activation="Clip", activation_params=[0.0, 6.0])
+        want = fused_conv(np, mid, w2, b2, **attrs, activation="Relu")
+        got = pointwise_depthwise_conv(
+            np,
+            x,
+            w1,
+            b1,
+            w2,
+            b2,
+            activation1="Clip",
+            activation1_params=[0.0, 6.0],
+            activation="Relu",
+            **attrs,
+            ctx=ctx,
+        )
+        assert float(want.max()) > 6.0  # a Clip in the second place would show
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert len(ctx.memo) == 2
+
+
+def test_an_activation_it_does_not_know_is_refused_by_name() -> None:
+    """The optimizer fuses only activations that keep zero and apply in place; a hand-made
+    node with another one gets an error naming it, on the fast path and on the fallback
+    (float16 input) alike, on every call (errors are not remembered as plans)."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    w1 = rng.standard_normal((8, 4, 1, 1)).astype(np.float32)
+    w2 = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+    attrs: dict[str, Any] = {"group": 8, "pads": [1, 1, 1, 1], "activation": "Softplus"}
+    ctx = _NodeContext()
+    for _ in range(2):
+        with pytest.raises(ValueError, match="'Softplus' cannot be applied in place"):
+            pointwise_depthwise_conv(np, x, w1, None, w2, None, **attrs, ctx=ctx)
+    with pytest.raises(ValueError, match="unknown fused activation 'Softplus'"):
+        pointwise_depthwise_conv(np, x.astype(np.float16), w1, None, w2, None, **attrs, ctx=ctx)
