@@ -266,24 +266,13 @@ def test_a_nodes_plan_keeps_its_two_activations_apart() -> None:
     w2 = 3 * rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
     b2 = rng.standard_normal(8).astype(np.float32)
     attrs: dict[str, Any] = {"group": 8, "pads": [1, 1, 1, 1]}
+    acts: dict[str, Any] = {"activation1": "Clip", "activation1_params": [0.0, 6.0], "activation": "Relu"}
     ctx = _NodeContext()
     for shape in [(1, 4, 6, 5), (1, 4, 6, 5), (2, 4, 9, 7), (1, 4, 6, 5)]:
         x = 4 * rng.standard_normal(shape).astype(np.float32)
         mid = fused_conv(np, x, w1, b1, activation="Clip", activation_params=[0.0, 6.0])
         want = fused_conv(np, mid, w2, b2, **attrs, activation="Relu")
-        got = pointwise_depthwise_conv(
-            np,
-            x,
-            w1,
-            b1,
-            w2,
-            b2,
-            activation1="Clip",
-            activation1_params=[0.0, 6.0],
-            activation="Relu",
-            **attrs,
-            ctx=ctx,
-        )
+        got = pointwise_depthwise_conv(np, x, w1, b1, w2, b2, **attrs, **acts, ctx=ctx)
         assert float(want.max()) > 6.0  # a Clip in the second place would show
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert len(ctx.memo) == 2
