@@ -287,8 +287,14 @@ def pointwise_depthwise_conv(
             activation_params=activation1_params,
             ctx=ctx,
         )
-        depthwise = {"auto_pad": auto_pad, "dilations": dilations, "group": group}
-        depthwise.update(kernel_shape=kernel_shape, pads=pads, strides=strides)
+        depthwise = {
+            "auto_pad": auto_pad,
+            "dilations": dilations,
+            "group": group,
+            "kernel_shape": kernel_shape,
+            "pads": pads,
+            "strides": strides,
+        }
         return fused_conv(xp, y, W, B, **depthwise, activation=activation, activation_params=activation_params, ctx=ctx)
     begin, out, st, first, second = plan
     dt = X.dtype
