@@ -248,33 +248,30 @@ def pointwise_depthwise_conv(
         None if pads is None else tuple(pads),
         None if strides is None else tuple(strides),
     )
-    memo = None if ctx is None else getattr(ctx, "memo", None)
-    plan = _NO_PLAN if memo is None else memo.get(key, _NO_PLAN)
-    if plan is _NO_PLAN:
-        # Shapes and attributes only, so once per node and input shapes; the epilogues too
-        # (a run made two closures a call here before).
-        plan = memoized(
+    # Shapes and attributes only, so once per node and input shapes; the plan carries the two
+    # activations' closures, so calls build none.
+    plan = memoized(
+        ctx,
+        None if ctx is None else key,
+        lambda: _pointwise_depthwise_plan(
+            key[0],
+            X,
+            W1,
+            B1,
+            W,
+            B,
+            group1,
+            shuffle_groups1,
+            auto_pad,
+            dilations,
+            group,
+            kernel_shape,
+            pads,
+            strides,
+            lambda: (_epilogue(xp, activation1, activation1_params), _epilogue(xp, activation, activation_params)),
             ctx,
-            None if ctx is None else key,
-            lambda: _pointwise_depthwise_plan(
-                key[0],
-                X,
-                W1,
-                B1,
-                W,
-                B,
-                group1,
-                shuffle_groups1,
-                auto_pad,
-                dilations,
-                group,
-                kernel_shape,
-                pads,
-                strides,
-                lambda: (_epilogue(xp, activation1, activation1_params), _epilogue(xp, activation, activation_params)),
-                ctx,
-            ),
-        )
+        ),
+    )
     if plan is None:
         y = fused_conv(
             xp,
@@ -314,10 +311,6 @@ def pointwise_depthwise_conv(
         st,
         second,
     )
-
-
-# A memo miss (None is a remembered plan: "no fast path").
-_NO_PLAN = object()
 
 
 def _pointwise_depthwise_plan(
