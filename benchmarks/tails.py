@@ -106,6 +106,7 @@ CASES = (
     Case("Softplus"),
     Case("Elu"),
     Case("Selu"),
+    Case("Celu"),
     Case("Mish"),
     Case("HardSwish"),
     Case("HardSigmoid"),

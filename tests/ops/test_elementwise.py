@@ -337,6 +337,32 @@ def test_elu_and_selu_are_where_forms_bit_for_bit(dtype: type) -> None:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("alpha", [1.0, 0.3, 2.5, -1.5])
+def test_celu_is_its_formula_bit_for_bit_without_overflowing(dtype: type, alpha: float) -> None:
+    """Celu as max(x, 0) + min(0, alpha * expm1(x / alpha)), the spec's formula, exactly (NaN,
+    infinities and a negative alpha included; a zero's sign follows numpy's min and max, whose
+    float16 and float32 loops differ there), while for alpha > 0 large positive inputs no
+    longer overflow expm1 (that path leaves numpy's vector loop); 0-d inputs too."""
+    from onnxpy.ops.elementwise import celu
+
+    rng = np.random.default_rng(16)
+    x = np.concatenate([rng.standard_normal(3000) * s for s in (1, 8, 3e3)]).astype(dtype)
+    x[:5] = [np.nan, np.inf, -np.inf, 0.0, -0.0]
+    t = np.dtype(dtype).type
+    with np.errstate(all="ignore"):
+        want = (np.maximum(x, t(0)) + np.minimum(t(0), t(alpha) * np.expm1(x / t(alpha)))).astype(dtype)
+        got = celu(np, x, alpha=alpha)
+        scalar = celu(np, x[5:6].reshape(()), alpha=alpha)
+    assert got.dtype == dtype and scalar.shape == ()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(scalar, want[5])
+    if alpha > 0:
+        large = np.array([1e3, 3e4, 6e4, np.inf], dtype=dtype)
+        with np.errstate(over="raise", invalid="raise"):
+            np.testing.assert_array_equal(celu(np, large, alpha=alpha), large)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("slope_shape", [(4, 1, 1), (1,), (2, 4, 3, 5)])
 def test_prelu_matches_its_definition_with_specials(dtype: type, slope_shape: tuple[int, ...]) -> None:
     """PRelu as max(x, 0) + slope * min(x, 0): per channel, scalar-like and full slopes, slopes
