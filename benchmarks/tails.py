@@ -113,6 +113,7 @@ CASES = (
     Case("Softsign"),
     Case("Relu"),
     Case("LeakyRelu"),
+    Case("ThresholdedRelu"),
     Case("Reciprocal"),
     Case("Sqrt"),
     Case("Log"),

@@ -363,6 +363,24 @@ def test_celu_is_its_formula_bit_for_bit_without_overflowing(dtype: type, alpha:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("alpha", [1.0, 0.0, -0.0, -1.0, float("nan")])
+def test_thresholded_relu_is_where_bit_for_bit(dtype: type, alpha: float) -> None:
+    """ThresholdedRelu through a bit mask is where(x > alpha, x, 0) exactly: NaN and -inf give
+    +0, signed zeros kept where they pass, on contiguous, transposed and strided inputs."""
+    from onnxpy.ops.elementwise import thresholded_relu
+
+    x = (np.random.default_rng(17).standard_normal(4096) * 4).astype(dtype)
+    x[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0]
+    t = np.dtype(dtype).type
+    for view in (x, x.reshape(64, 64).T, x[::3]):
+        got = thresholded_relu(np, view, alpha=alpha)
+        want = np.where(view > t(alpha), view, t(0))
+        assert got.dtype == dtype and got.shape == view.shape
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("slope_shape", [(4, 1, 1), (1,), (2, 4, 3, 5)])
 def test_prelu_matches_its_definition_with_specials(dtype: type, slope_shape: tuple[int, ...]) -> None:
     """PRelu as max(x, 0) + slope * min(x, 0): per channel, scalar-like and full slopes, slopes
