@@ -205,7 +205,11 @@ def _topk(xp: Any, x: Any, k: int, axis: int, largest: int, sorted_: int) -> tup
     n = x.shape[a]
     if k < 0 or k > n:
         raise ValueError(f"k = {k} is out of range for axis {axis} of size {n} (shape {list(x.shape)})")
-    if 0 < k and k * 8 <= n and n >= 512 and x.dtype.kind in "iuf" and not (x.dtype.kind == "f" and xp.isnan(x).any()):
+    plain = x.dtype.kind in "iuf" and not (x.dtype.kind == "f" and xp.isnan(x).any())
+    if k == 1 and plain:
+        # The first maximum (minimum) is the one TopK names: ties go to the lower index.
+        idx = (xp.argmax if largest else xp.argmin)(x, axis=a, keepdims=True)
+    elif 0 < k and k * 8 <= n and n >= 512 and plain:
         idx = _topk_select(xp, x, k, a, largest)
     else:
         # ml_dtypes' types (bfloat16, float8) sort by a comparison that NaN breaks (5.0 was lost
@@ -221,6 +225,10 @@ def _topk_select(xp: Any, x: Any, k: int, a: int, largest: int) -> Any:
     value, the elements strictly beyond it plus the first tied ones (by index) make the k winners,
     and only those k are sorted."""
     n = x.shape[a]
+    if xp is np and a == x.ndim - 1 and x.dtype.kind == "f":
+        found = _topk_sampled(x, k, largest)
+        if found is not None:
+            return found
     kth = n - k if largest else k - 1
     at_kth = [slice(None)] * x.ndim
     at_kth[a] = slice(kth, kth + 1)
@@ -245,6 +253,62 @@ def _topk_select(xp: Any, x: Any, k: int, a: int, largest: int) -> Any:
     picked = _leading(xp.argsort(~chosen, axis=a, kind="stable"), a, k)
     order = _sorted_order(xp, xp.take_along_axis(x, picked, axis=a), a, largest)
     return xp.take_along_axis(picked, order, axis=a)
+
+
+# Sample values per winner that _topk_sampled draws its threshold from, how many winners' worth
+# of values it aims to let past the threshold (a margin against unlucky samples), the fewest
+# sampled values it keeps (a threshold from the top 2 or 3 of a sample strays far), and the
+# smallest input it takes (below, its dozen numpy calls cost more than a partition).
+_SAMPLE_PER_WINNER = 32
+_CANDIDATES_PER_WINNER = 4
+_MIN_SAMPLED_KEPT = 8
+_SAMPLED_MIN_VALUES = 1 << 15
+# Shorter lines partition faster than this path's calls cost (128 x 512, k = 5: 214 -> 263 us).
+_SAMPLED_MIN_LINE = 2048
+
+
+def _topk_sampled(x: np.ndarray, k: int, largest: int) -> np.ndarray | None:
+    """Top-k positions along the last axis of a host float array without NaN, sorted, ties by
+    index: a threshold from an evenly spaced sample of each line (its value with about 4k
+    values of the line expected beyond it), one comparison pass keeping the values at or beyond
+    it, then an exact sort of those candidates only. Exact whenever every line keeps at least
+    k candidates, since the k winners are all at or beyond any value k of them reach; None
+    where a line keeps fewer (an unlucky sample) or too many (ties), for the partition path.
+    np.partition walks every line in several passes: 8 x 32,000 values, k = 40, 1.4 ms."""
+    n = x.shape[-1]
+    # At most every 4th value: a larger sample's partition would cost most of the line's.
+    step = max(4, n // (_SAMPLE_PER_WINNER * k))
+    if n < max(16 * k, _SAMPLED_MIN_LINE) or x.size < _SAMPLED_MIN_VALUES:
+        return None  # too few values a winner to sample, short lines, or a small call
+    lines = x.size // n
+    x2 = x.reshape(lines, n)
+    sample = x2[:, ::step]
+    m = sample.shape[1]
+    j = min(m, max(_MIN_SAMPLED_KEPT, -(-_CANDIDATES_PER_WINNER * k // step)))  # kept per line
+    kth = m - j if largest else j - 1
+    t = np.partition(sample, kth, axis=1)[:, kth : kth + 1]
+    reach = x2 >= t if largest else x2 <= t
+    flat = np.flatnonzero(reach)  # line by line, each line's candidates in index order
+    if flat.size > x.size // 4:
+        return None  # ties at the threshold: most values pass
+    rows = flat // n
+    counts = np.bincount(rows, minlength=lines)
+    if int(counts.min()) < k or int(counts.max()) > n // 4:
+        return None
+    # Candidates as (lines, most), each line padded past its own count with a value that sorts
+    # last and an index past the axis.
+    start = np.zeros(lines, dtype=np.intp)
+    np.cumsum(counts[:-1], out=start[1:])
+    slot = np.arange(flat.size, dtype=np.intp) - start[rows]
+    most = int(counts.max())
+    vals = np.full((lines, most), -np.inf if largest else np.inf, dtype=x.dtype)
+    idx = np.full((lines, most), n, dtype=np.intp)
+    vals[rows, slot] = x2.reshape(-1)[flat]
+    idx[rows, slot] = flat - rows * n
+    # A stable sort keeps equal values in index order; the padding sorts after every real value
+    # (after a real infinity of its sign too, being later).
+    order = np.argsort(-vals if largest else vals, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(idx, order, axis=1).reshape(*x.shape[:-1], k)
 
 
 @op("TopK", 1)

@@ -318,6 +318,59 @@ def test_topk_of_distinct_values_takes_the_winners_in_one_pass(ties: str, larges
     both("TopK", _topk_inputs(x, 40), 11, 2, largest=largest)
 
 
+@pytest.mark.parametrize("case", ["random", "ties", "sorted", "infinities", "two values", "sample above the rest"])
+@pytest.mark.parametrize("largest", [0, 1])
+def test_topk_through_a_sampled_threshold_matches_onnxruntime(case: str, largest: int) -> None:
+    # Long float lines with few winners take a threshold from an evenly spaced sample of each
+    # line (every 62nd value for k = 4, every 8th for k = 30) and sort only what passes it
+    # (math._topk_sampled). A line where too few values pass (its sampled values above all
+    # the others) or too many (two distinct values) sends the call to the partition. Both ways
+    # must give onnxruntime's values and indices, ties by the lower index.
+    from onnxpy.ops import math as topk_module
+
+    rng = np.random.default_rng(19)
+    x = rng.standard_normal((6, 8000)).astype(np.float32)
+    sign = 1 if largest else -1
+    if case == "ties":
+        x = np.round(x * 2) / 2
+    elif case == "sorted":
+        x = np.sort(x, axis=-1)
+        x[1] = x[1, ::-1]
+    elif case == "infinities":
+        x[:, ::97] = sign * np.inf
+        x[:, 5::89] = -sign * np.inf
+    elif case == "two values":
+        x[3] = np.where(x[3] > 0, 1.0, 2.0)
+    elif case == "sample above the rest":
+        x[2, ::8] = sign * (1000 + np.arange(1000))
+    calls = []
+    original = topk_module._topk_sampled
+
+    def spy(*args: Any) -> Any:
+        found = original(*args)
+        calls.append(found is not None)
+        return found
+
+    topk_module._topk_sampled = spy
+    try:
+        for k in (4, 30):
+            both("TopK", _topk_inputs(x, k), 11, 2, largest=largest)
+    finally:
+        topk_module._topk_sampled = original
+    expected = {"two values": [False, False], "sample above the rest": [True, False]}.get(case, [True, True])
+    assert calls == expected, calls
+
+
+def test_topk_of_one_is_the_first_extreme() -> None:
+    # k = 1 is argmax / argmin: the lowest index among equal extremes, on any axis and length.
+    x = np.array([[3, 7, 7, 1, 1], [2, 2, 2, 2, 2], [-np.inf, -1, np.inf, np.inf, 0]], dtype=np.float32)
+    for axis in (0, 1):
+        for largest in (0, 1):
+            both("TopK", _topk_inputs(x, 1), 11, 2, axis=axis, largest=largest)
+    rng = np.random.default_rng(23)
+    both("TopK", _topk_inputs(rng.integers(0, 3, size=(300, 80)).astype(np.int32), 1), 11, 2)
+
+
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16])  # TopK allows no float8 type
 def test_topk_of_ml_dtypes_with_nan_and_inf_ranks_like_float32(dtype: Any) -> None:
     # ml_dtypes' own sort loses values behind a NaN (5.0 went missing): the result must be the
