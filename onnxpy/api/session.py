@@ -26,6 +26,7 @@ from ..ir.graph import Graph, normalize_domain
 from ..model import dtypes
 from ..model.load import load_model
 from ..ops._compat import quiet_floats
+from ..ops._layout import contiguous_copy
 from ..optimizer.manager import optimize, pass_names
 from ..providers import (
     CPU,
@@ -1156,7 +1157,7 @@ class InferenceSession:
         if not arr.flags.c_contiguous:
             # A view in another layout (a transpose, a channels-last kernel result): callers of
             # onnxruntime get C-contiguous arrays, and this copy is one they own.
-            return np.ascontiguousarray(arr)
+            return contiguous_copy(arr)
         if not arr.flags.writeable or _aliased(CPU, arr, feeds.values(), earlier):
             return arr.copy()  # a constant, the caller's input, or another result's memory
         return arr
