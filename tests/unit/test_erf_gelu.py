@@ -46,6 +46,29 @@ def test_float32_erf_matches_math_erf() -> None:
     np.testing.assert_allclose(_erf.erf(np, x), want, rtol=0, atol=5e-7)
 
 
+def test_float32_erf_is_relatively_exact_near_zero_and_saturates_silently() -> None:
+    # erf = tanh(x P(x^2)): relative error stays small near 0 (no absolute floor), signed zeros
+    # and infinities come out exactly, and past the fit huge |x| (x^2 overflowing) gives +-1
+    # without a warning, only ever closer to 1 further out.
+    tiny = np.geomspace(1e-38, 0.5, 20_001, dtype=np.float32)
+    want = np.array([math.erf(v) for v in tiny.astype(np.float64)])
+    big = np.geomspace(3, 3e38, 20_000, dtype=np.float32)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_allclose(_erf.erf(np, tiny), want, rtol=1e-6, atol=0)
+        np.testing.assert_allclose(-_erf.erf(np, -tiny), want, rtol=1e-6, atol=0)
+        pos, neg = _erf.erf(np, big), _erf.erf(np, -big)
+        got = _erf.erf(np, specials)
+    want_big = np.array([math.erf(v) for v in big.astype(np.float64)])
+    np.testing.assert_allclose(pos, want_big, rtol=0, atol=5e-7)
+    assert np.all(np.diff(pos) >= 0) and np.all(pos <= 1)
+    np.testing.assert_array_equal(neg, -pos)
+    assert np.all(pos[big > 6] == 1)
+    np.testing.assert_array_equal(got[:4], [0.0, -0.0, 1.0, -1.0])
+    assert not np.signbit(got[0]) and np.signbit(got[1]) and np.isnan(got[4])
+
+
 def test_float32_gelu_saturates_beyond_the_fit_without_warnings() -> None:
     # The fit covers |x| <= 5; beyond it the polynomial is not clamped, so every larger |x|
     # (through overflow of x^2 and Q(x^2)) must still give x and -0, silently.
