@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from ..model import dtypes
+from . import _half
 from ._compat import check_alloc, host_ints, host_scalar, normalize_axes, normalize_axis
 from ._layout import is_channels_last
 from .registry import memoized, op
@@ -374,6 +375,11 @@ def cast_array(xp: Any, x: Any, target: np.dtype, saturate: int = 1, round_mode:
         wide = x.dtype if x.dtype in (np.float32, _F64) else (_F64 if x.dtype.itemsize >= 4 else np.float32)
         limit = float(ml_dtypes.finfo(target).max)
         x = xp.clip(x.astype(wide, copy=False), -limit, limit)
+    if xp is np:  # numpy's half casts are scalar loops
+        if x.dtype == np.float32 and target == np.float16 and x.size >= _half.MIN_VALUES_TO_HALF:
+            return _half.float32_to_float16(x)
+        if x.dtype == np.float16 and target == np.float32 and x.size >= _half.MIN_VALUES_FROM_HALF:
+            return _half.float16_to_float32(x)
     with np.errstate(invalid="ignore", over="ignore"):
         # NaN / out-of-range floats to integers are undefined by the spec: no warning noise.
         return x.astype(target)
