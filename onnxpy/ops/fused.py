@@ -7,6 +7,7 @@ Gemm / MatMul + bias with activation. Activations are applied in place on the fr
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from ._derived import derived
 from ._erf import gelu32
 from ._layout import is_channels_last
 from ._spatial import geometry
+from ._unbuffered import per_row_passes
 from .conv import compute_dtype, conv_nd
 from .elementwise import gelu, gelu_tanh, leaky_relu_into, logistic, swish
 from .nn import _einsum, gemm
@@ -485,8 +487,10 @@ def channel_affine(
     xp: Any, X: Any, scale: Any, shift: Any, *, activation: str = "", activation_params: list[float] | None = None
 ) -> Any:  # noqa: N803
     shape = (1, -1) + (1,) * max(X.ndim - 2, 0)
-    y = X * scale.reshape(shape)
-    y += shift.reshape(shape)
+    plane = math.prod(X.shape[2:])
+    with per_row_passes(plane if xp is np else 0, X.size):  # a pass per channel plane each
+        y = X * scale.reshape(shape)
+        y += shift.reshape(shape)
     return apply_activation(xp, y, activation, activation_params or [])
 
 
