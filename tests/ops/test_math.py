@@ -193,6 +193,31 @@ def test_trilu_matches_onnxruntime(dtype: Any) -> None:
                 both("Trilu", {"x": x, "k": np.array(k, dtype=np.int64)}, 14, upper=upper)
 
 
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.complex64, np.int8, np.uint16, np.bool_]
+)
+def test_trilu_bit_mask_keeps_numpys_bits(dtype: Any) -> None:
+    # From 4,096 values Trilu ANDs x's bits with a cached triangle mask: the same bits as
+    # numpy's triu / tril (NaN, -0.0 and infinities kept where kept), over leading axes, on
+    # transposed inputs, for every k; complex128 and small inputs keep numpy's form.
+    from onnxpy.ops import math as math_ops
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 40, 50)) * 4
+    x[0, :3, :3] = [[np.nan, -0.0, np.inf], [-np.inf, np.nan, -0.0], [1e30, -1e-30, np.nan]]
+    with np.errstate(all="ignore"):  # NaN and 1e30 to integers / float16: any value will do
+        x = (x > 0) if dtype == np.bool_ else x.astype(dtype)
+    math_ops._triangle_mask.cache_clear()
+    for arr in (x, x.transpose(0, 2, 1)):
+        for upper in (0, 1):
+            for k in (-60, -3, 0, 2, 55):
+                got = math_ops.trilu(np, arr, np.array(k), upper=upper)
+                want = np.triu(arr, k) if upper else np.tril(arr, k)
+                assert got.dtype == want.dtype and got.shape == want.shape
+                np.testing.assert_array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+    assert math_ops._triangle_mask.cache_info().misses == 20  # two matrix shapes, 2 x 5 triangles
+
+
 def test_trilu_rejects_rank_1() -> None:
     with pytest.raises(Exception, match="rank"):
         ours("Trilu", {"x": np.ones(3, np.float32)}, 14)
