@@ -110,17 +110,22 @@ def test_softmax_float16_and_large_values(op_type: str) -> None:
     _same(got, want, 3e-3)
 
 
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("case", ["plain", "far_below", "masked", "inf", "nan"])
-def test_large_softmax_runs_in_blocks_of_rows(monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+def test_large_softmax_runs_in_blocks_of_rows(monkeypatch: pytest.MonkeyPatch, case: str, op_type: str) -> None:
     """Large inputs run a block of rows at a time, each shifted by its block's maximum (here
     blocks of 4 rows of 60, so 9 blocks, the last short); a row far below its block's maximum
-    is redone with its own shift, masked (-inf) entries give 0, and +inf or NaN anywhere sends
-    the whole array the general way, all as onnxruntime computes them."""
+    is redone with its own shift, masked (-inf) entries give 0 (LogSoftmax: -inf), and +inf or
+    NaN anywhere sends the whole array the general way, all as onnxruntime computes them."""
     from onnxpy.ops import nn as nn_ops
 
     monkeypatch.setattr(nn_ops, "_SOFTMAX_BLOCKED_MIN_VALUES", 0)
     monkeypatch.setattr(nn_ops, "_SOFTMAX_BLOCK_VALUES", 4 * 60)
     monkeypatch.setattr(nn_ops, "_SOFTMAX_SMALL_VALUES", 0)  # not the small-array path
+    monkeypatch.setattr(nn_ops, "_LOG_SOFTMAX_ROWS_MIN_VALUES", 0)
+    blocked: list[bool] = []
+    real_rows = nn_ops._log_softmax_rows
+    monkeypatch.setattr(nn_ops, "_log_softmax_rows", lambda v: blocked.append((y := real_rows(v)) is not None) or y)
     x = (np.random.default_rng(21).standard_normal((1, 3, 11, 60)) * 3).astype(np.float32)
     if case == "far_below":
         x[0, 1, 5] -= 300  # its sum under the block's shift would underflow to 0
@@ -130,10 +135,13 @@ def test_large_softmax_runs_in_blocks_of_rows(monkeypatch: pytest.MonkeyPatch, c
         x[0, 0, 2, 4] = 1.0  # one live entry in an otherwise masked row
     elif case in ("inf", "nan"):
         x[0, 1, 3, 9] = np.inf if case == "inf" else np.nan
-    got, want = _both("Softmax", {"X": x}, 13)
+    got, want = _both(op_type, {"X": x}, 13)
     np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
-    np.testing.assert_allclose(np.nan_to_num(got[0]), np.nan_to_num(want[0]), rtol=1e-5, atol=1e-7)
-    if case in ("plain", "far_below", "masked"):
+    np.testing.assert_array_equal(np.isneginf(got[0]), np.isneginf(want[0]))
+    np.testing.assert_allclose(np.nan_to_num(got[0]), np.nan_to_num(want[0]), rtol=1e-5, atol=1e-6)
+    if op_type == "LogSoftmax":
+        assert blocked == [case in ("plain", "far_below", "masked")]  # non-finite input: the general form
+    elif case in ("plain", "far_below", "masked"):
         probs, nan_free = nn_ops._softmax_checked(np, x, 3, False)
         assert nan_free == (case != "far_below")  # a redone row might have been NaN: not proven
         np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=1e-5)

@@ -161,3 +161,29 @@ def test_layer_norm_single_output_path_gives_the_general_values(shape, dtype, wi
     np.testing.assert_array_equal(broadcast, general if x.ndim > 1 else general[None])
     with pytest.raises(ValueError, match="rank >= 1"):
         nn.layer_norm(np, np.array(1.0, dtype), np.array(1.0, dtype), None)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_log_softmax_rows_against_the_definition(dtype: type) -> None:
+    # One shift per block, rows far below it redone with their own; an all -inf row is NaN as
+    # in the general form; +inf anywhere leaves the rows form (None).
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((3, 40, 64)) * 8).astype(dtype)
+    x[0, 3, :20] = -np.inf  # partly masked
+    x[1, 7] -= 500.0  # far below the shared shift: its sum would underflow
+    x[2, 0, 0] = 90.0
+    x[2, 5] = -np.inf  # fully masked
+    with np.errstate(all="ignore"):
+        got = nn._log_softmax_rows(x)
+        general = nn._softmax_general(np, x, 2, True)
+    x64 = x.astype(np.float64)
+    top = x64.max(axis=-1, keepdims=True)
+    with np.errstate(all="ignore"):
+        want = x64 - top - np.log(np.exp(x64 - top).sum(axis=-1, keepdims=True))
+    assert got is not None and got.dtype == dtype
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(general))
+    assert np.isnan(got[2, 5]).all() and np.isneginf(got[0, 3, :20]).all()
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=2e-6, atol=2e-5)
+    x[1, 2, 3] = np.inf
+    assert nn._log_softmax_rows(x) is None
