@@ -248,8 +248,8 @@ def _log_softmax_rows(x: np.ndarray) -> np.ndarray | None:
     (a SIMD maximum), the exponentials in a reused temporary, the sums as one BLAS product,
     rows far below their block's maximum redone with their own (so the result is the per-row
     form's, up to rounding). Three passes and two reductions where the general form makes five
-    over fresh arrays (128x512 float32 145 -> 110 us; onnxruntime 19-28). None (use that form) for non-finite
-    input."""
+    over fresh arrays (128x512 float32 145 -> 110 us; onnxruntime 19-28). None (use that
+    form) for non-finite input."""
     cols = x.shape[-1]
     x2 = x.reshape(-1, cols)
     out = np.empty_like(x2)
