@@ -54,12 +54,20 @@ def test_quantize_per_tensor(dt: Any, opset: int) -> None:
 
 @pytest.mark.parametrize("dt", [np.uint8, np.int8, np.uint16, np.int16])
 @pytest.mark.parametrize("per_axis", [False, True])
-def test_small_int_quantize_and_dequantize_in_float32_match_the_wide_forms(dt: Any, per_axis: bool) -> None:
+@pytest.mark.parametrize("even_zero", [False, True])
+def test_small_int_quantize_and_dequantize_in_float32_match_the_wide_forms(
+    monkeypatch: pytest.MonkeyPatch, dt: Any, per_axis: bool, even_zero: bool
+) -> None:
     """8- and 16-bit results quantize and dequantize in float32 in place (ops/quant.py): the
     same integers as rounding and shifting in float64, and the same floats as subtracting
     the zero point in int64, over the whole output range, ties, values far past it and
-    non-finite inputs, per tensor and per axis, and for a scalar."""
+    non-finite inputs, per tensor and per axis, and for a scalar. Even zero points round by
+    the float addition itself (_rounded_into_low_bits); odd ones through rint."""
     from onnxpy.ops import quant
+
+    low_bits: list[int] = []
+    real = quant._rounded_into_low_bits
+    monkeypatch.setattr(quant, "_rounded_into_low_bits", lambda q, *a: low_bits.append(q.size) or real(q, *a))
 
     lo, hi = _qrange(dt)
     span = float(hi - lo)
@@ -70,13 +78,21 @@ def test_small_int_quantize_and_dequantize_in_float32_match_the_wide_forms(dt: A
     if per_axis:
         scale = np.array([1.0, 0.5, 3.0], np.float32)
         zero = np.array([lo + 7, 0, hi - 9], dt)
-        wide = _quant_oracle(x, scale.reshape(3, 1), zero.reshape(3, 1), dt)
     else:
         scale, zero = np.array(0.75, np.float32), np.array(lo // 3 + hi // 3, dt)
-        wide = _quant_oracle(x, scale, zero, dt)
+    if even_zero:
+        zero = (zero.astype(np.int64) // 2 * 2).astype(dt)
+    assert bool((zero.astype(np.int64) % 2).any()) != even_zero
+    wide = _quant_oracle(x, scale.reshape(3, 1) if per_axis else scale, zero.reshape(3, 1) if per_axis else zero, dt)
     got = quant.quantize(np, x, scale, zero, np.dtype(dt), axis=0, precision=np.dtype(np.float32))
     assert got.dtype == dt
     np.testing.assert_array_equal(got, wide)
+    assert low_bits == ([x.size] if even_zero else [])
+    if even_zero:  # without a zero point too
+        np.testing.assert_array_equal(
+            quant.quantize(np, x, scale, None, np.dtype(dt), axis=0, precision=np.dtype(np.float32)),
+            _quant_oracle(x, scale.reshape(3, 1) if per_axis else scale, None, dt),
+        )
     back = quant.dequantize(np, got, scale, zero, np.dtype(np.float32), axis=0)
     z_wide = zero.astype(np.int64).reshape(3, 1) if per_axis else zero.astype(np.int64)
     s_wide = scale.reshape(3, 1) if per_axis else scale
