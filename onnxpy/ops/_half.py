@@ -1,4 +1,5 @@
-"""float32 <-> float16 conversions on the host in a few vectorized integer and float passes.
+"""float32 <-> float16 and bfloat16 -> float32 conversions on the host in a few vectorized
+integer and float passes.
 
 numpy's own casts between float32 and float16 are scalar loops (x86-64 wheels have no F16C
 dispatch for them): 2.5-4.4 ns a value to float16 and 1.6-2.2 back, against onnxruntime's
@@ -13,6 +14,10 @@ subtracting m back is exact. Scaling by 2^-112 then maps the rounded value onto 
 whose 13-bit right shift is the half's bits, subnormal halves included (their products are
 float32 subnormals in steps of 2^13 units). Magnitudes from 65,520 up round to 65,536, whose
 bits come out as the half's infinity once larger ones are clamped to it.
+
+bfloat16 -> float32 is the upper half of the float32's bits: a widening copy and a shift (ml_dtypes'
+cast takes 0.55 ns a value, this 0.23). The other way ml_dtypes' rounding is as fast as the
+integer passes it would take here (57 against 43-61 us for 65,536 values), so it stays.
 
 float16 -> float32: the half's bits, sign-extended to 32 bits and shifted left by 13, with the
 three bits between the sign and the exponent cleared, are a float32 that times 2^112 is the
@@ -110,3 +115,17 @@ def _widen_block(h: np.ndarray, f: np.ndarray) -> None:
     f *= _UP
     if f.max() >= 65536.0 or f.min() <= -65536.0:  # infinities and NaNs
         w[np.abs(f) >= 65536.0] |= np.int32(0x7F80_0000)
+
+
+def bfloat16_to_float32(x: np.ndarray) -> np.ndarray:
+    """``x.astype(np.float32)`` for a bfloat16 host array, bit for bit, in x's memory order."""
+    out = np.empty_like(x, dtype=np.float32)
+    blocks = blocks_in_memory_order(x, out, _BLOCK)
+    if blocks is None:
+        out[...] = bfloat16_to_float32(np.ascontiguousarray(x))
+        return out
+    for src, dst in blocks:
+        w = dst.view(np.uint32)
+        w[...] = src.view(np.uint16)
+        w <<= np.uint32(16)
+    return out

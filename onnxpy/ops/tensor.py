@@ -349,6 +349,7 @@ def constant(
 # float8 types whose conversion honours `saturate` (clip to +-max instead of inf / NaN).
 _SATURATING = frozenset(dtypes.np_dtype(e) for e in (17, 18, 19, 20))
 _E8M0 = dtypes.ELEM_TO_NP.get(24)  # float8e8m0, when onnx / ml_dtypes know it
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 _F64 = np.dtype(np.float64)
 
 
@@ -380,6 +381,8 @@ def cast_array(xp: Any, x: Any, target: np.dtype, saturate: int = 1, round_mode:
             return _half.float32_to_float16(x)
         if x.dtype == np.float16 and target == np.float32 and x.size >= _half.MIN_VALUES_FROM_HALF:
             return _half.float16_to_float32(x)
+        if x.dtype == _BF16 and target == np.float32 and x.size >= _half.MIN_VALUES_FROM_HALF:
+            return _half.bfloat16_to_float32(x)
     with np.errstate(invalid="ignore", over="ignore"):
         # NaN / out-of-range floats to integers are undefined by the spec: no warning noise.
         return x.astype(target)

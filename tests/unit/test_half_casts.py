@@ -3,6 +3,7 @@ for bit, and the Cast kernel's use of them."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -107,3 +108,17 @@ def test_cast_model_matches_onnxruntime_bits(source: type, target: type) -> None
         nan = np.isnan(want)
         np.testing.assert_array_equal(np.isnan(got), nan)
         np.testing.assert_array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
+
+
+def test_bfloat16_to_float32_gives_ml_dtypes_bits_for_every_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_half, "_BLOCK", 1 << 12)  # several blocks
+    b = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16)
+    for v in (b, b.reshape(256, 256).T):  # and a transposed view (its memory order kept)
+        got = _half.bfloat16_to_float32(v)
+        assert got.dtype == np.float32 and got.strides == tuple(s * 2 for s in v.strides)
+        np.testing.assert_array_equal(got.view(np.uint32), v.astype(np.float32).view(np.uint32))
+    calls: list[int] = []
+    monkeypatch.setattr(_half, "bfloat16_to_float32", lambda x: calls.append(x.size) or x.astype(np.float32))
+    tensor.cast_array(np, b, np.dtype(np.float32))
+    tensor.cast_array(np, b[:100], np.dtype(np.float32))
+    assert calls == [1 << 16]
