@@ -639,7 +639,11 @@ def _grid_sample(xp: Any, X: Any, grid: Any, mode: str, padding_mode: str, align
             raise TypeError(f"GridSample: mode {mode!r} needs a numeric input, got {dtype}")
         xt = xt.astype(_compute_dtype(dtype), copy=False)
     wdtype = xt.dtype if xt.dtype.kind == "f" else np.float64
-    batch = xp.arange(n)[:, None]
+    # Samples gathered as whole rows of the (N * H * W, C) matrix by one take along its first
+    # axis: numpy's advanced indexing with a broadcast batch index array took twice as long
+    # (1x3136 rows of 64 float32: 84 -> 38 us a tap).
+    rows = xt.reshape(n * xt.shape[1], c)
+    batch = xp.arange(n)[:, None] * xt.shape[1]
     y = None
     for combo in itertools.product(*(range(len(t[0])) for t in taps)):
         flat = None
@@ -653,7 +657,7 @@ def _grid_sample(xp: Any, X: Any, grid: Any, mode: str, padding_mode: str, align
                 weight = w[j] if weight is None else weight * w[j]
             if ok is not None:
                 valid = ok[j] if valid is None else valid & ok[j]
-        vals = xt[batch, flat]  # (N, Q, C)
+        vals = xp.take(rows, (flat + batch).reshape(-1), axis=0).reshape(n, q, c)  # (N, Q, C)
         if kind == "nearest":
             if valid is not None:
                 zero = xp.zeros((), dtype=vals.dtype) if numeric else ""
