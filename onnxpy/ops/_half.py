@@ -27,6 +27,8 @@ magnitudes of 65,536 and beyond; setting their exponent bits restores them, payl
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ._clamp import np_clip
@@ -55,19 +57,30 @@ _UP = np.float32(2.0**112)
 _SHIFT = np.uint32(13)
 
 
+def _by_blocks(x: np.ndarray, dtype: type, convert: Callable[[np.ndarray, np.ndarray], None]) -> np.ndarray:
+    """A fresh ``dtype`` array of x's shape and memory order, filled by ``convert(src, dst)``
+    on matching 1-D blocks of at most _BLOCK values (through a contiguous copy of x where x is
+    not one run of memory)."""
+    out = np.empty_like(x, dtype=dtype)
+    blocks = blocks_in_memory_order(x, out, _BLOCK)
+    if blocks is None:
+        out[...] = _by_blocks(np.ascontiguousarray(x), dtype, convert)
+        return out
+    for src, dst in blocks:
+        convert(src, dst)
+    return out
+
+
 def float32_to_float16(x: np.ndarray) -> np.ndarray:
     """``x.astype(np.float16)`` for a float32 host array, in x's memory order: the same bits,
     NaNs aside (each becomes the quiet NaN of its sign)."""
-    out = np.empty_like(x, dtype=np.float16)
-    blocks = blocks_in_memory_order(x, out, _BLOCK)
-    if blocks is None:  # not one run of memory: a contiguous copy first
-        out[...] = float32_to_float16(np.ascontiguousarray(x))
-        return out
-    a = np.empty(_BLOCK, dtype=np.uint32)
-    m = np.empty(_BLOCK, dtype=np.uint32)
-    for src, dst in blocks:
+    size = min(x.size, _BLOCK)
+    a, m = np.empty(size, dtype=np.uint32), np.empty(size, dtype=np.uint32)
+
+    def convert(src: np.ndarray, dst: np.ndarray) -> None:
         _round_block(src.view(np.uint32), a[: src.size], m[: src.size], dst.view(np.uint16))
-    return out
+
+    return _by_blocks(x, np.float16, convert)
 
 
 def _round_block(u: np.ndarray, a: np.ndarray, m: np.ndarray, h: np.ndarray) -> None:
@@ -96,14 +109,7 @@ def _round_block(u: np.ndarray, a: np.ndarray, m: np.ndarray, h: np.ndarray) -> 
 
 def float16_to_float32(x: np.ndarray) -> np.ndarray:
     """``x.astype(np.float32)`` for a float16 host array, bit for bit, in x's memory order."""
-    out = np.empty_like(x, dtype=np.float32)
-    blocks = blocks_in_memory_order(x, out, _BLOCK)
-    if blocks is None:
-        out[...] = float16_to_float32(np.ascontiguousarray(x))
-        return out
-    for src, dst in blocks:
-        _widen_block(src.view(np.int16), dst)
-    return out
+    return _by_blocks(x, np.float32, lambda src, dst: _widen_block(src.view(np.int16), dst))
 
 
 def _widen_block(h: np.ndarray, f: np.ndarray) -> None:
@@ -119,13 +125,10 @@ def _widen_block(h: np.ndarray, f: np.ndarray) -> None:
 
 def bfloat16_to_float32(x: np.ndarray) -> np.ndarray:
     """``x.astype(np.float32)`` for a bfloat16 host array, bit for bit, in x's memory order."""
-    out = np.empty_like(x, dtype=np.float32)
-    blocks = blocks_in_memory_order(x, out, _BLOCK)
-    if blocks is None:
-        out[...] = bfloat16_to_float32(np.ascontiguousarray(x))
-        return out
-    for src, dst in blocks:
-        w = dst.view(np.uint32)
-        w[...] = src.view(np.uint16)
-        w <<= np.uint32(16)
-    return out
+    return _by_blocks(x, np.float32, _bfloat16_block)
+
+
+def _bfloat16_block(src: np.ndarray, dst: np.ndarray) -> None:
+    w = dst.view(np.uint32)
+    w[...] = src.view(np.uint16)  # the bfloat16's bits are the float32's upper half
+    w <<= np.uint32(16)

@@ -201,6 +201,28 @@ _SOFTMAX_BLOCKED_MIN_VALUES = 1 << 18
 _SOFTMAX_BLOCK_VALUES = 1 << 16
 
 
+def _row_blocks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The last axis's rows of ``x`` (2-D), a fresh result of their shape, ones for BLAS row
+    sums, and the rows a block takes (all of them below _SOFTMAX_BLOCKED_MIN_VALUES)."""
+    cols = x.shape[-1]
+    x2 = x.reshape(-1, cols)
+    step = max(1, _SOFTMAX_BLOCK_VALUES // cols) if x.size > _SOFTMAX_BLOCKED_MIN_VALUES else x2.shape[0]
+    return x2, np.empty_like(x2), _row_vector(cols, 1.0, x.dtype), step
+
+
+def _shifted_exp(xb: np.ndarray, e: np.ndarray, ones: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray] | None:
+    """e = exp(xb - top) for the block's maximum top; returns top, the rows' sums of e (one
+    BLAS product: sum(axis=1) is 10x slower) and which rows sum too little for the shared
+    shift (to be redone with their own). None where top is not finite."""
+    top = xb.max()
+    if not np.isfinite(top):
+        return None
+    np.subtract(xb, top, out=e)
+    np.exp(e, out=e)
+    total = e @ ones
+    return top, total, total < _SAFE_ROW_SUM * xb.shape[1]
+
+
 def _softmax_rows_shared_shift(x: np.ndarray) -> tuple[np.ndarray, bool] | None:
     """Softmax over the last axis of a contiguous host array, a block of rows at a time, each
     block shifted by its own maximum rather than each row's (softmax is shift-invariant): one
@@ -210,21 +232,14 @@ def _softmax_rows_shared_shift(x: np.ndarray) -> tuple[np.ndarray, bool] | None:
     the per-row form. None (use that form) for non-finite input; else the result and whether
     no row was redone (then no row can be NaN: each block's maximum is finite, so x holds no
     NaN or +inf, and every row's sum is positive)."""
-    cols = x.shape[-1]
-    x2 = x.reshape(-1, cols)
-    out = np.empty_like(x2)
-    ones = _row_vector(cols, 1.0, x.dtype)
-    step = max(1, _SOFTMAX_BLOCK_VALUES // cols) if x.size > _SOFTMAX_BLOCKED_MIN_VALUES else x2.shape[0]
+    x2, out, ones, step = _row_blocks(x)
     clean = True
     for r0 in range(0, x2.shape[0], step):
         xb, e = x2[r0 : r0 + step], out[r0 : r0 + step]
-        top = xb.max()
-        if not np.isfinite(top):
+        found = _shifted_exp(xb, e, ones)
+        if found is None:
             return None
-        np.subtract(xb, top, out=e)
-        np.exp(e, out=e)
-        total = e @ ones
-        low = total < _SAFE_ROW_SUM * cols
+        _, total, low = found
         if low.any():
             clean = False
             rows = xb[low]
@@ -250,20 +265,13 @@ def _log_softmax_rows(x: np.ndarray) -> np.ndarray | None:
     form's, up to rounding). Three passes and two reductions where the general form makes five
     over fresh arrays (128x512 float32 145 -> 110 us; onnxruntime 19-28). None (use that
     form) for non-finite input."""
-    cols = x.shape[-1]
-    x2 = x.reshape(-1, cols)
-    out = np.empty_like(x2)
-    ones = _row_vector(cols, 1.0, x.dtype)
-    step = max(1, _SOFTMAX_BLOCK_VALUES // cols) if x.size > _SOFTMAX_BLOCKED_MIN_VALUES else x2.shape[0]
+    x2, out, ones, step = _row_blocks(x)
     for r0 in range(0, x2.shape[0], step):
         xb, e = x2[r0 : r0 + step], out[r0 : r0 + step]
-        top = xb.max()
-        if not np.isfinite(top):
+        found = _shifted_exp(xb, e, ones)
+        if found is None:
             return None
-        np.subtract(xb, top, out=e)
-        np.exp(e, out=e)
-        total = e @ ones
-        low = total < _SAFE_ROW_SUM * cols
+        top, total, low = found
         shift: Any = top
         if low.any():
             rows = xb[low]
