@@ -152,13 +152,13 @@ def trilu(xp: Any, input: Any, k: Any = None, *, upper: int = 1) -> Any:  # noqa
 
 # Integers as wide as each element size (complex128 keeps numpy's form), and the sizes that
 # take the mask: from 4,096 values, for matrices of at most 1,048,576 (a cached mask of at
-# most 8 MB).
+# most 8 MB; eight masks are kept).
 _MASK_INTS = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
 _TRILU_MASK_MIN = 4096
 _TRILU_MASK_MAX = 1 << 20
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=8)
 def _triangle_mask(rows: int, cols: int, k: int, upper: bool, ints: np.dtype) -> np.ndarray:
     """-1 (all bits set) where Trilu keeps a value, 0 elsewhere: (rows, cols), read-only."""
     offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]  # j - i
