@@ -3,6 +3,7 @@
     python benchmarks/ops.py                        # every case at its working size
     python benchmarks/ops.py --ops Cast Softmax --json ops.json
     python benchmarks/ops.py --tiny --rounds 1      # every case on small inputs (a smoke run)
+    python benchmarks/ops.py --against ops.json     # beside an earlier run's ratios
 
 The model benchmark (bench.py) says how far a whole network is from onnxruntime; this says
 which operators are, one at a time, on the shapes they usually meet (a 128 x 512 activation
@@ -260,6 +261,12 @@ def measure(case: Case, sizes: Sizes, rounds: int, block: int, seed: int) -> dic
     }
 
 
+def earlier_ratios(path: str) -> dict[str, float]:
+    """The ratio of each case in an earlier run's JSON (--json), by case name."""
+    rows = json.loads(Path(path).read_text())["rows"]
+    return {r["case"]: float(r["ratio"]) for r in rows}
+
+
 def geometric_mean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -272,26 +279,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block", type=int, default=8, help="timed calls per block (default 8)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--against", metavar="FILE", help="an earlier run's JSON: its ratios beside these")
     args = ap.parse_args(argv)
     if min(args.rounds, args.block) < 1:
         ap.error("--rounds and --block must be at least 1")
+    try:
+        before = earlier_ratios(args.against) if args.against else {}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        ap.error(f"--against {args.against}: not a JSON file this script wrote ({e})")
     cases = [c for c in CASES if not args.ops or any(p.lower() in c.name.lower() for p in args.ops)]
     if not cases:
         ap.error(f"no case matches {args.ops}; cases: {', '.join(c.name for c in CASES)}")
     sizes = TINY if args.tiny else FULL
-    print(f"{'case':<26} {'onnxpy ms':>10} {'ort ms':>9} {'ratio':>6}  outputs")
+    earlier = f" {'before':>7}" if before else ""
+    print(f"{'case':<26} {'onnxpy ms':>10} {'ort ms':>9} {'ratio':>6}{earlier}  outputs")
     rows = []
     for case in cases:
         row = measure(case, sizes, args.rounds, args.block, args.seed)
         rows.append(row)
         agree = "agree" if row["agree"] else f"DIFFER (max rel {row['max_rel_diff']:.1e})"
-        print(f"{row['case']:<26} {row['onnxpy_ms']:10.4f} {row['onnxruntime_ms']:9.4f} {row['ratio']:5.2f}x  {agree}")
+        was = ""
+        if before:
+            was = f" {before[case.name]:6.2f}x" if case.name in before else f" {'-':>7}"
+        print(
+            f"{row['case']:<26} {row['onnxpy_ms']:10.4f} {row['onnxruntime_ms']:9.4f} {row['ratio']:5.2f}x{was}  {agree}"
+        )
         sys.stdout.flush()
     ratios = [r["ratio"] for r in rows]
     outliers = sorted((r for r in rows if r["ratio"] > OUTLIER), key=lambda r: -r["ratio"])
     print(f"\n{len(rows)} cases: geometric mean of ratios {geometric_mean(ratios):.2f}x, worst {max(ratios):.2f}x")
     listed = ", ".join(f"{r['case']} {r['ratio']:.1f}x" for r in outliers) or "none"
     print(f"over {OUTLIER:g}x onnxruntime's time: {listed}")
+    shared = [r for r in rows if r["case"] in before]
+    if shared:
+        then = geometric_mean([before[r["case"]] for r in shared])
+        now = geometric_mean([r["ratio"] for r in shared])
+        both = f"{len(shared)} case{'s' if len(shared) != 1 else ''} in both"
+        print(f"against {args.against} ({both}): geometric mean {then:.2f}x then, {now:.2f}x now")
     if args.json:
         Path(args.json).write_text(json.dumps({"tiny": args.tiny, "rows": rows}, indent=1))
     return 0 if all(r["agree"] for r in rows) else 1

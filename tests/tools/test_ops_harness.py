@@ -83,3 +83,19 @@ def test_nonsense_arguments_are_refused(tmp_path: Path) -> None:
     done, result = _run(tmp_path, "--ops", "NoSuchOp")
     assert done.returncode == 2 and result is None
     assert "no case matches" in done.stderr
+
+
+def test_an_earlier_run_stands_beside(tmp_path: Path) -> None:
+    earlier = tmp_path / "earlier.json"
+    rows = [{"case": "Erf", "ratio": 4.0}, {"case": "Gone", "ratio": 9.0}]
+    earlier.write_text(json.dumps({"tiny": True, "rows": rows}))
+    done, result = _run(tmp_path, "--ops", "Erf", "Cast to float16", "--against", str(earlier))
+    assert done.returncode == 0, done.stderr
+    assert result is not None
+    lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith(("Erf", "Cast"))}
+    assert " 4.00x " in lines["Erf"] and " - " in lines["Cast"]  # no earlier figure for the Cast
+    now = next(r["ratio"] for r in result["rows"] if r["case"] == "Erf")
+    assert f"(1 case in both): geometric mean 4.00x then, {now:.2f}x now" in done.stdout
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    done, _ = _run(tmp_path, "--against", str(tmp_path / "bad.json"))
+    assert done.returncode == 2 and "not a JSON file this script wrote" in done.stderr
