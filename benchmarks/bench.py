@@ -68,6 +68,7 @@ from onnxpy.tools.benchmark import (  # noqa: E402 - after making the repository
     SessionConfig,
     geomean,
     latency_stats,
+    machine_summary,
     make_contender,
     max_difference,
     time_interleaved,
@@ -637,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(results, memory))
     print(f"\ntotal time {time.perf_counter() - started:.0f} s")
+    print(f"machine: {machine_summary()}")
     load = _load_line()
     if load:
         print(load)
@@ -646,6 +648,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "results": [asdict(r) for r in results],
                     "settings": {k: v for k, v in vars(args).items() if k != "json"},
+                    "machine": machine_summary(),
                 },
                 f,
                 indent=2,

@@ -35,7 +35,13 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
-from onnxpy.tools.benchmark import SessionConfig, compare_outputs, make_contender, time_interleaved  # noqa: E402
+from onnxpy.tools.benchmark import (  # noqa: E402
+    SessionConfig,
+    compare_outputs,
+    machine_summary,
+    make_contender,
+    time_interleaved,
+)
 
 #: ratios (onnxpy / onnxruntime) above this are listed as outliers
 OUTLIER = 3.0
@@ -316,8 +322,10 @@ def main(argv: list[str] | None = None) -> int:
         now = geometric_mean([r["ratio"] for r in shared])
         both = f"{len(shared)} case{'s' if len(shared) != 1 else ''} in both"
         print(f"against {args.against} ({both}): geometric mean {then:.2f}x then, {now:.2f}x now")
+    machine = machine_summary()
+    print(f"machine: {machine}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"tiny": args.tiny, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"tiny": args.tiny, "machine": machine, "rows": rows}, indent=1))
     return 0 if all(r["agree"] for r in rows) else 1
 
 

@@ -354,7 +354,14 @@ DEFAULT_MAX_SECONDS = 10.0
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
-    from .benchmark import compare_outputs, latency_stats, load_runtime, make_contender, time_interleaved
+    from .benchmark import (
+        compare_outputs,
+        latency_stats,
+        load_runtime,
+        machine_summary,
+        make_contender,
+        time_interleaved,
+    )
     from .modelinfo import random_operators
 
     if ns.compare:
@@ -427,6 +434,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         "warmup": ns.warmup,
         "batch": feeds.batch,
         "interleaved": len(contenders) > 1,
+        "machine": machine_summary(),
     }
     if ns.json:
         out: dict[str, Any] = {
@@ -455,6 +463,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         + (" interleaved" if len(contenders) > 1 else "")
         + f" after {ns.warmup} warm-up"
     )
+    print(f"machine   {settings['machine']}")
     print()
     rows = []
     for c in contenders:

@@ -90,6 +90,9 @@ def test_smoke_run_on_the_tiny_mlp(tmp_path: Path) -> None:
             assert 0.1 < results[0][key] < results[0][key.replace("touched", "rss")]
     row = next(line for line in r.stdout.splitlines() if line.startswith("tiny_mlp") and line.split()[1] == "8")
     assert f"{results[1]['ratio']:.2f}x" in row
+    # the machine the figures were taken on, in the report and the JSON alike
+    machine = json.loads(out.read_text())["machine"]
+    assert machine and f"machine: {machine}\n" in r.stdout
 
 
 def test_tiny_mlp_computes_an_mlp(bench: ModuleType) -> None:

@@ -160,6 +160,7 @@ def test_bench_compare_json() -> None:
     ratio = res["ratio_onnxpy_over_onnxruntime"]["median"]
     assert ratio == pytest.approx(a["median_ms"] / b["median_ms"], rel=1e-2)
     assert res["outputs_max_rel_diff"] < 1e-4
+    assert res["settings"]["machine"]  # the CPU the figures were taken on
 
 
 def test_bench_table() -> None:
@@ -171,6 +172,7 @@ def test_bench_table() -> None:
         assert col in header
     assert any(line.startswith("onnxpy ") for line in lines)
     assert "opt-level disable, threads 1" in r.stdout
+    assert any(line.startswith("machine   ") and len(line) > 10 for line in lines)
 
 
 def test_profile_writes_a_trace_and_prints_time_per_op(tmp_path: Path) -> None:

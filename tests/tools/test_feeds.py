@@ -178,3 +178,28 @@ def test_compare_outputs_states_agreement_against_a_tolerance() -> None:
     inf = np.array([np.inf, 1.0])
     assert compare_outputs([inf], [inf.copy()]).agree
     assert max_difference([nan], [np.array([1.0, 2.0, 3.0], np.float32)]) == (float("inf"), float("inf"))
+
+
+def test_machine_summary_names_the_cpu_its_vectors_and_l2(monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxpy.tools import benchmark as bm
+
+    monkeypatch.setattr(bm, "_cpu_model", lambda: "Some CPU")
+    monkeypatch.setattr(bm, "_vector_level", lambda: "AVX-512")
+    monkeypatch.setattr(bm, "_l2_size", lambda: "2048K")
+    assert bm.machine_summary() == "Some CPU, AVX-512, L2 2048K"
+    monkeypatch.setattr(bm, "_vector_level", lambda: "")
+    monkeypatch.setattr(bm, "_l2_size", lambda: "")
+    assert bm.machine_summary() == "Some CPU"
+
+
+def test_vector_level_is_what_numpy_found() -> None:
+    from numpy._core._multiarray_umath import __cpu_features__ as features  # numpy >= 2.1, a dependency
+
+    from onnxpy.tools.benchmark import _vector_level
+
+    level = _vector_level()
+    expected = {"AVX-512": "AVX512F", "AVX2": "AVX2", "SSE4.2": "SSE42", "NEON": "ASIMD"}
+    if level:
+        assert features.get(expected[level])
+    wider = {"AVX2": ["AVX512F"], "SSE4.2": ["AVX512F", "AVX2"]}.get(level, [])
+    assert not any(features.get(w) for w in wider)

@@ -68,6 +68,7 @@ def test_rows_and_summary(tmp_path: Path, ops: ModuleType) -> None:
     mean = ops.geometric_mean([r["ratio"] for r in result["rows"]])
     assert f"3 cases: geometric mean of ratios {mean:.2f}x" in done.stdout
     assert "onnxruntime's time:" in done.stdout
+    assert result["machine"] and f"machine: {result['machine']}\n" in done.stdout
 
 
 def test_geometric_mean(ops: ModuleType) -> None:
