@@ -357,6 +357,13 @@ def _conv_shuffled(
         # CuPy's matmul is not known to write into strided outputs in place.) A channels-last
         # input is copied to NCHW first: BLAS reading it transposed was slower than the copy
         # and a plain GEMM (136x28x28, 4 groups: 131 against 103 us).
+        if b is not None and _grouped_bias_pays(x, o):
+            # The bias rides in the GEMMs (a row of ones under each group's input): copying
+            # the input costs less than a pass adding the bias over the shuffled result.
+            xp.matmul(_grouped_bias_augmented(w, b, group, x.dtype), _grouped_columns(x, group), out=pre)
+            if epilogue is not None:
+                epilogue(res)
+            return res
         if is_channels_last(x):
             x = nchw_copy(x)
         xs = x.reshape(n, group, c // group, o)
@@ -371,6 +378,45 @@ def _conv_shuffled(
     if epilogue is not None:
         epilogue(res)
     return res
+
+
+# Grouped 1x1 convolutions with at least this many output positions add their bias in the GEMMs
+# (``_grouped_columns``): the copy of the input under a row of ones costs less than a pass adding
+# the bias over the result (ShuffleNet -1.0 to -1.4%, 12-15 of 15 alternating rounds; its 272x14x14
+# and 136x28x28 layers 6-7 us faster each). On 7x7 maps the K + 1 products ran 2-10 us slower,
+# and a channels-last input (a depthwise result), which one blocked transpose copies to NCHW,
+# would need one per group: 11 us slower.
+_GROUPED_BIAS_MIN_POSITIONS = 100
+
+
+def _grouped_bias_pays(x: Any, positions: int) -> bool:
+    return positions >= _GROUPED_BIAS_MIN_POSITIONS and not is_channels_last(x)
+
+
+def _grouped_columns(x: np.ndarray, group: int) -> np.ndarray:
+    """The NCHW input of a grouped 1x1 convolution as (N, group, C/group + 1, positions), each
+    group's channels followed by a row of ones: the GEMMs with ``_grouped_bias_augmented``
+    weights add the bias themselves."""
+    n, c = x.shape[:2]
+    cg = c // group
+    cols = np.empty((n, group, cg + 1, math.prod(x.shape[2:])), dtype=x.dtype)
+    cols[:, :, cg] = 1
+    cols[:, :, :cg] = x.reshape(n, group, cg, -1)
+    return cols
+
+
+def _grouped_bias_augmented(w: np.ndarray, b: np.ndarray, group: int, dt: np.dtype) -> np.ndarray:
+    """[W_g | b_g] per group, (group, M/group, C/group + 1), for ``_grouped_columns``; cached
+    for constant W and B."""
+
+    def build() -> np.ndarray:
+        m, cg = w.shape[:2]
+        wb = np.empty((group, m // group, cg + 1), dtype=dt)
+        wb[:, :, :cg] = w.reshape(group, m // group, cg)
+        wb[:, :, cg] = b.reshape(group, m // group)
+        return wb
+
+    return derived((w, b), ("grouped-bias-augmented", group, np.dtype(dt).str), build)
 
 
 def _conv_dispatch(
@@ -395,6 +441,12 @@ def _conv_dispatch(
         # Channels-last Winograd reads any input layout (a channels-last one without a transpose).
         u_cl = winograd_cl.transformed_weights_cl(lambda: _transform_weights(xp, w, tile), w, tile)
         return winograd_cl.winograd_channels_last(x, u_cl, _transforms(tile, x.dtype), tile, begin, out, b, into)
+    if xp is np and pointwise and group > 1 and b is not None and _grouped_bias_pays(x, o):
+        # A grouped 1x1 convolution (ShuffleNet's) with its bias added in the GEMMs (see
+        # _GROUPED_BIAS_MIN_POSITIONS).
+        y = np.empty((n, m, *out), dtype=cdt) if into is None else into
+        np.matmul(_grouped_bias_augmented(w, b, group, cdt), _grouped_columns(x, group), out=y.reshape(n, group, mg, o))
+        return y
     if xp is np and is_channels_last(x) and not (pointwise and group == 1):
         # A channels-last input (a depthwise result) that this path reads as NCHW: one blocked
         # transpose, not numpy's element-by-element copy inside a reshape or the padding

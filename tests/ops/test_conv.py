@@ -989,3 +989,37 @@ def test_3d_products_per_tap_fall_back_without_blas(monkeypatch: pytest.MonkeyPa
     got = conv_mod.conv_nd(np, x, w, b, pads=pads)
     want = reference_conv(x, w, b, [1, 1, 1], pads, [1, 1, 1], 1)
     assert_conv_close(got, want, term_scale(x, w, b, [1, 1, 1], pads, [1, 1, 1], 1))
+
+
+@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("shuffle", [0, 4])
+@pytest.mark.parametrize("into", [False, True])
+def test_grouped_pointwise_adds_its_bias_in_the_products(n: int, shuffle: int, into: bool) -> None:
+    """A grouped 1x1 convolution on a map of >= _GROUPED_BIAS_MIN_POSITIONS positions adds its
+    bias through a row of ones under each group's input (ShuffleNet's), channel-shuffled or not,
+    into a given buffer or not: the direct reference's numbers, every group's own bias."""
+    from onnxpy.ops import conv as conv_mod
+
+    rng = np.random.default_rng(n + shuffle)
+    x = rng.standard_normal((n, 16, 12, 12)).astype(np.float32)
+    w = rng.standard_normal((24, 4, 1, 1)).astype(np.float32)
+    b = (10 * rng.standard_normal(24)).astype(np.float32)  # large enough to see a wrong group's
+    assert conv_mod._grouped_bias_pays(x, 144)
+    want = reference_conv(x, w, b, [1, 1], [0, 0, 0, 0], [1, 1], 4)
+    if shuffle:  # channel a * M/g + j lands at j * g + a
+        want = want.reshape(n, shuffle, 24 // shuffle, 12, 12).transpose(0, 2, 1, 3, 4).reshape(n, 24, 12, 12)
+    buf = np.full((n, 24, 12, 12), np.nan, np.float32) if into and not shuffle else None
+    got = conv_mod.conv_nd(np, x, w, b, group=4, shuffle_groups=shuffle, into=buf)
+    if buf is not None:
+        assert got is buf
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_bias_in_the_products_only_where_it_pays() -> None:
+    from onnxpy.ops import conv as conv_mod
+
+    nchw = np.zeros((1, 136, 28, 28), np.float32)
+    assert conv_mod._grouped_bias_pays(nchw, 784)
+    assert not conv_mod._grouped_bias_pays(nchw[:, :, :7, :7].copy(), 49)  # 7x7: the K + 1 products lose
+    channels_last = np.zeros((1, 28, 28, 136), np.float32).transpose(0, 3, 1, 2)
+    assert not conv_mod._grouped_bias_pays(channels_last, 784)  # one transpose per group would be needed
