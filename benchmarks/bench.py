@@ -638,7 +638,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(results, memory))
     print(f"\ntotal time {time.perf_counter() - started:.0f} s")
-    print(f"machine: {machine_summary()}")
+    machine = machine_summary()
+    print(f"machine: {machine}")
     load = _load_line()
     if load:
         print(load)
@@ -648,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "results": [asdict(r) for r in results],
                     "settings": {k: v for k, v in vars(args).items() if k != "json"},
-                    "machine": machine_summary(),
+                    "machine": machine,
                 },
                 f,
                 indent=2,

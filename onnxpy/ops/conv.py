@@ -354,16 +354,15 @@ def _conv_shuffled(
     if xp is np and geo.pointwise and group == g and n * o:
         # The grouped GEMM's result blocks are exactly the shuffle's source groups: BLAS writes
         # each group's rows with a row stride of g rows, and no copy is made. (numpy only:
-        # CuPy's matmul is not known to write into strided outputs in place.) A channels-last
-        # input is copied to NCHW first: BLAS reading it transposed was slower than the copy
-        # and a plain GEMM (136x28x28, 4 groups: 131 against 103 us).
+        # CuPy's matmul is not known to write into strided outputs in place.)
         if b is not None and _grouped_bias_pays(x, o):
-            # The bias rides in the GEMMs (a row of ones under each group's input): copying
-            # the input costs less than a pass adding the bias over the shuffled result.
+            # The bias rides in the GEMMs (see _GROUPED_BIAS_MIN_POSITIONS).
             xp.matmul(_grouped_bias_augmented(w, b, group, x.dtype), _grouped_columns(x, group), out=pre)
             if epilogue is not None:
                 epilogue(res)
             return res
+        # A channels-last input is copied to NCHW first: BLAS reading it transposed was slower
+        # than the copy and a plain GEMM (136x28x28, 4 groups: 131 against 103 us).
         if is_channels_last(x):
             x = nchw_copy(x)
         xs = x.reshape(n, group, c // group, o)

@@ -357,14 +357,8 @@ def machine_summary() -> str:
     benchmark's report: a ratio against onnxruntime depends on them (on an AVX-512 Xeon its
     kernels gain more over numpy's passes than on an AVX2 EPYC: docs/benchmark.md). Parts that
     cannot be read on this platform are left out."""
-    parts = [_cpu_model()]
-    vectors = _vector_level()
-    if vectors:
-        parts.append(vectors)
     l2 = _l2_size()
-    if l2:
-        parts.append(f"L2 {l2}")
-    return ", ".join(p for p in parts if p)
+    return ", ".join(p for p in (_cpu_model(), _vector_level(), l2 and f"L2 {l2}") if p)
 
 
 def _cpu_model() -> str:
