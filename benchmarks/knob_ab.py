@@ -20,7 +20,10 @@ model). ``--nodes N`` also lists the N nodes whose median time moved most betwee
 from the session's profiler (which adds its own small cost to both sides alike).
 
 It measures settings read at call time, not optimizer passes (``pass_ab.py``) or other code
-changes (``ab.py``). Nothing here asserts a time.
+changes (``ab.py``). A setting that only shapes a plan cached on first use (a key of an
+``lru_cache`` it is not part of, a geometry memoized per node) does not switch between calls:
+see with ``--nodes`` that the nodes it should touch are the ones that moved, and
+``max rel diff`` 0 with no node moving means it did nothing here. Nothing here asserts a time.
 """
 
 from __future__ import annotations
