@@ -32,6 +32,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -108,6 +110,76 @@ def prepare_models(args: argparse.Namespace, workdir: str) -> list[tuple[str, st
         np.savez(feeds_path, **feeds.arrays)
         models.append((e.name, e.path, feeds_path))
     return models
+
+
+def each_model(args: argparse.Namespace, prefix: str) -> Iterator[tuple[str, str, dict[str, np.ndarray]]]:
+    """(name, model path, feeds) for the selected models, in a temporary directory that lives
+    while the caller iterates (pass_ab.py, knob_ab.py)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as workdir:
+        for name, path, feeds_path in prepare_models(args, workdir):
+            with np.load(feeds_path) as npz:
+                feeds = {k: npz[k] for k in npz.files}
+            yield name, path, feeds
+
+
+# -- calls of two sides in alternating pairs, in one process (pass_ab.py, knob_ab.py) -------------
+
+
+def add_pair_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pairs", type=int, default=300, help="most pairs of calls per model (default 300)")
+    p.add_argument("--min-pairs", type=int, default=20, help="fewest pairs per model (default 20)")
+    p.add_argument("--budget", type=float, default=20.0, help="seconds of pairs to aim for per model (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls of each side first (default 3)")
+
+
+def pair_options_error(args: argparse.Namespace) -> str | None:
+    if args.pairs < 1 or args.min_pairs < 1 or args.warmup < 0 or args.budget <= 0:
+        return "--pairs and --min-pairs must be at least 1, --warmup at least 0, --budget positive"
+    return None
+
+
+def time_pairs(calls: tuple[Callable[[], object], Callable[[], object]], args: argparse.Namespace) -> tuple[dict, int]:
+    """Side A (calls[0]) against side B: ``--warmup`` untimed calls of each, one call of A to size
+    the run to ``--budget``, then pairs of calls, one of each in turn, the order alternating from
+    pair to pair, each call timed alone. Returns both medians, the median of the pairs' ratios
+    B / A and the share of pairs B won, and how many calls came before the timed ones."""
+    for _ in range(args.warmup):
+        calls[0]()
+        calls[1]()
+    t = time.perf_counter()
+    calls[0]()
+    per_call = time.perf_counter() - t
+    pairs = max(args.min_pairs, min(args.pairs, int(args.budget / max(2 * per_call, 1e-6))))
+    times: tuple[list[float], list[float]] = ([], [])
+    for p in range(pairs):
+        for side in (0, 1) if p % 2 else (1, 0):
+            t = time.perf_counter()
+            calls[side]()
+            times[side].append(time.perf_counter() - t)
+    a, b = np.array(times[0]), np.array(times[1])
+    figures = {
+        "pairs": pairs,
+        "a_ms": float(np.median(a) * 1e3),
+        "b_ms": float(np.median(b) * 1e3),
+        "pair_ratio": float(np.median(b / a)),
+        "b_faster": float(np.mean(b < a)),
+    }
+    return figures, 2 * args.warmup + 1
+
+
+PAIR_HEADER = f"{'model':<24} {'A ms':>9} {'B ms':>9} {'pair B/A':>9} {'B faster':>9} {'pairs':>6}  max rel diff"
+
+
+def pair_line(name: str, r: dict) -> str:
+    return (
+        f"{name:<24} {r['a_ms']:9.3f} {r['b_ms']:9.3f} {r['pair_ratio']:9.3f} {100 * r['b_faster']:8.0f}% "
+        f"{r['pairs']:6d}  {r['max_rel_diff']:.1e}"
+    )
+
+
+def pair_ratios_line(ratios: list[float]) -> str:
+    geo = float(np.exp(np.mean(np.log(ratios))))
+    return f"geometric mean of the pair ratios over {len(ratios)} models: {geo:.3f}"
 
 
 def run_child(side: Path, models: list[tuple[str, str, str]], args: argparse.Namespace, workdir: str) -> dict:

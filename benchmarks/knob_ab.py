@@ -35,7 +35,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -138,34 +137,15 @@ def compare_model(path: str, feeds: dict[str, np.ndarray], knobs: list[Knob], ar
         return sess.run(None, feeds)
 
     try:
-        a_out, b_out = call(0), call(1)
-        diff = max_difference(b_out, a_out)
+        a_out = call(0)
+        diff = max_difference(call(1), a_out)
         row: dict = {"max_rel_diff": 0.0 if diff is None else diff[1]}
-        for _ in range(args.warmup):
-            call(0)
-            call(1)
-        t = time.perf_counter()
-        call(0)
-        per_call = time.perf_counter() - t
-        pairs = max(args.min_pairs, min(args.pairs, int(args.budget / max(2 * per_call, 1e-6))))
-        times: tuple[list[float], list[float]] = ([], [])
-        for p in range(pairs):
-            for side in (0, 1) if p % 2 else (1, 0):
-                t = time.perf_counter()
-                call(side)
-                times[side].append(time.perf_counter() - t)
+        figures, untimed = ab.time_pairs((lambda: call(0), lambda: call(1)), args)
     finally:
         _set_all(knobs, False)
-    a, b = np.array(times[0]), np.array(times[1])
-    row.update(
-        pairs=pairs,
-        a_ms=float(np.median(a) * 1e3),
-        b_ms=float(np.median(b) * 1e3),
-        pair_ratio=float(np.median(b / a)),
-        b_faster=float(np.mean(b < a)),
-    )
+    row.update(figures)
     if args.nodes:
-        row["nodes"] = node_changes(load_trace(sess.end_profiling()), sides, args.warmup + 3, args.nodes)
+        row["nodes"] = node_changes(load_trace(sess.end_profiling()), sides, 2 + untimed, args.nodes)
     return row
 
 
@@ -200,19 +180,15 @@ def report(knobs: list[Knob], rows: dict[str, dict]) -> str:
     settings = ", ".join(f"{k.name} = {k.value!r}" for k in knobs)
     defaults = ", ".join(f"{k.default!r}" for k in knobs)
     lines = [f"A = {settings}; B = the default ({defaults}); per model, calls alternating", ""]
-    lines.append(f"{'model':<24} {'A ms':>9} {'B ms':>9} {'pair B/A':>9} {'B faster':>9} {'pairs':>6}  max rel diff")
+    lines.append(ab.PAIR_HEADER)
     for name, r in rows.items():
-        lines.append(
-            f"{name:<24} {r['a_ms']:9.3f} {r['b_ms']:9.3f} {r['pair_ratio']:9.3f} {100 * r['b_faster']:8.0f}% "
-            f"{r['pairs']:6d}  {r['max_rel_diff']:.1e}"
-        )
+        lines.append(ab.pair_line(name, r))
         for n in r.get("nodes", []):
             lines.append(
                 f"    {n['b_us'] - n['a_us']:+8.1f} us  A {n['a_us']:8.1f}  B {n['b_us']:8.1f}  {n['op_type']} {n['node']}"
             )
     if rows:
-        geo = float(np.exp(np.mean(np.log([r["pair_ratio"] for r in rows.values()]))))
-        lines.append(f"geometric mean of the pair ratios over {len(rows)} models: {geo:.3f}")
+        lines.append(ab.pair_ratios_line([r["pair_ratio"] for r in rows.values()]))
     return "\n".join(lines)
 
 
@@ -220,16 +196,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("settings", nargs="+", metavar="MODULE.NAME=VALUE", help="side A's values of onnxpy constants")
     ab.add_model_options(p)
-    p.add_argument("--pairs", type=int, default=300, help="most pairs of calls per model (default 300)")
-    p.add_argument("--min-pairs", type=int, default=20, help="fewest pairs per model (default 20)")
-    p.add_argument("--budget", type=float, default=20.0, help="seconds of pairs to aim for per model (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls of each side first (default 3)")
+    ab.add_pair_options(p)
     p.add_argument("--nodes", type=int, default=0, metavar="N", help="also the N nodes that moved most (profiled)")
     p.add_argument("--transformers", action="store_true", help="also GPT-2, BERT and ViT (bench.py --transformers)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = p.parse_args(argv)
-    if args.pairs < 1 or args.min_pairs < 1 or args.warmup < 0 or args.budget <= 0 or args.nodes < 0:
-        p.error("--pairs and --min-pairs must be at least 1, --warmup and --nodes at least 0, --budget positive")
+    if error := ab.pair_options_error(args):
+        p.error(error)
+    if args.nodes < 0:
+        p.error("--nodes must be at least 0")
     knobs = []
     for text in args.settings:
         try:
@@ -245,12 +220,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 def main(argv: list[str] | None = None) -> int:
     args, knobs = parse_args(argv)
     rows: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory(prefix="onnxpy_knob_ab_models_") as workdir:
-        for name, path, feeds_path in ab.prepare_models(args, workdir):
-            with np.load(feeds_path) as npz:
-                feeds = {k: npz[k] for k in npz.files}
-            rows[name] = compare_model(path, feeds, knobs, args)
-            print(f"{name} done", file=sys.stderr, flush=True)
+    for name, path, feeds in ab.each_model(args, "onnxpy_knob_ab_models_"):
+        rows[name] = compare_model(path, feeds, knobs, args)
+        print(f"{name} done", file=sys.stderr, flush=True)
     print(report(knobs, rows))
     if args.json:
         settings = {k.name: {"a": k.value, "default": k.default} for k in knobs}

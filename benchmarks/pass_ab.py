@@ -23,7 +23,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -63,47 +62,22 @@ def compare_model(path: str, feeds: dict[str, np.ndarray], passes: list[str], ar
         return row
     diff = max_difference(with_.run(None, feeds), without.run(None, feeds))
     row["max_rel_diff"] = 0.0 if diff is None else diff[1]
-    calls = (lambda: without.run(None, feeds), lambda: with_.run(None, feeds))
-    for _ in range(args.warmup):
-        calls[0]()
-        calls[1]()
-    t = time.perf_counter()
-    calls[0]()
-    per_call = time.perf_counter() - t
-    pairs = max(args.min_pairs, min(args.pairs, int(args.budget / max(2 * per_call, 1e-6))))
-    times: tuple[list[float], list[float]] = ([], [])
-    for p in range(pairs):
-        for side in (0, 1) if p % 2 else (1, 0):
-            t = time.perf_counter()
-            calls[side]()
-            times[side].append(time.perf_counter() - t)
-    a, b = np.array(times[0]), np.array(times[1])
-    row.update(
-        pairs=pairs,
-        a_ms=float(np.median(a) * 1e3),
-        b_ms=float(np.median(b) * 1e3),
-        pair_ratio=float(np.median(b / a)),
-        b_faster=float(np.mean(b < a)),
-    )
+    row.update(ab.time_pairs((lambda: without.run(None, feeds), lambda: with_.run(None, feeds)), args)[0])
     return row
 
 
 def report(passes: list[str], rows: dict[str, dict]) -> str:
     lines = [f"A = without {', '.join(passes)}, B = with (the default); per model, calls alternating", ""]
-    lines.append(f"{'model':<24} {'A ms':>9} {'B ms':>9} {'pair B/A':>9} {'B faster':>9} {'pairs':>6}  max rel diff")
+    lines.append(ab.PAIR_HEADER)
     timed = []
     for name, r in rows.items():
         if not r["changed"]:
             lines.append(f"{name:<24} (the passes change nothing here)")
             continue
         timed.append(r["pair_ratio"])
-        lines.append(
-            f"{name:<24} {r['a_ms']:9.3f} {r['b_ms']:9.3f} {r['pair_ratio']:9.3f} {100 * r['b_faster']:8.0f}% "
-            f"{r['pairs']:6d}  {r['max_rel_diff']:.1e}"
-        )
+        lines.append(ab.pair_line(name, r))
     if timed:
-        geo = float(np.exp(np.mean(np.log(timed))))
-        lines.append(f"geometric mean of the pair ratios over {len(timed)} models: {geo:.3f}")
+        lines.append(ab.pair_ratios_line(timed))
     return "\n".join(lines)
 
 
@@ -111,18 +85,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("passes", nargs="+", metavar="PASS", help="onnxpy optimizer pass names (side A runs without them)")
     ab.add_model_options(p)
-    p.add_argument("--pairs", type=int, default=300, help="most pairs of calls per model (default 300)")
-    p.add_argument("--min-pairs", type=int, default=20, help="fewest pairs per model (default 20)")
-    p.add_argument("--budget", type=float, default=20.0, help="seconds of pairs to aim for per model (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls of each side first (default 3)")
+    ab.add_pair_options(p)
     p.add_argument("--transformers", action="store_true", help="also GPT-2, BERT and ViT (bench.py --transformers)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = p.parse_args(argv)
     unknown = [n for n in args.passes if n not in pass_names()]
     if unknown:
         p.error(f"not onnxpy pass names: {', '.join(unknown)} (the passes: {', '.join(pass_names())})")
-    if args.pairs < 1 or args.min_pairs < 1 or args.warmup < 0 or args.budget <= 0:
-        p.error("--pairs and --min-pairs must be at least 1, --warmup at least 0, --budget positive")
+    if error := ab.pair_options_error(args):
+        p.error(error)
     args.random_weights = args.quantized = args.half = False  # read by bench.collect_models (as --transformers)
     return args
 
@@ -130,12 +101,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rows: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory(prefix="onnxpy_pass_ab_models_") as workdir:
-        for name, path, feeds_path in ab.prepare_models(args, workdir):
-            with np.load(feeds_path) as npz:
-                feeds = {k: npz[k] for k in npz.files}
-            rows[name] = compare_model(path, feeds, args.passes, args)
-            print(f"{name} done", file=sys.stderr, flush=True)
+    for name, path, feeds in ab.each_model(args, "onnxpy_pass_ab_models_"):
+        rows[name] = compare_model(path, feeds, args.passes, args)
+        print(f"{name} done", file=sys.stderr, flush=True)
     print(report(args.passes, rows))
     if args.json:
         Path(args.json).write_text(json.dumps({"passes": args.passes, "models": rows}, indent=1))
