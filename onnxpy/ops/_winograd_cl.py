@@ -14,7 +14,7 @@ goes back to NCHW through OpenBLAS's blocked transpose.
 In ResNet-50's run (profiled, two runs each): 128x28x28 F(4x4) 1.51-1.76 -> 1.22-1.46 ms,
 64x56x56 1.86-1.99 -> 1.72-1.88, 256x14x14 F(2x2) 1.48-1.52 -> 1.33-1.38; the model 5% faster.
 With few tiles (a 7x7 map: 16 tiles of F(2x2)) the (tiles x C) GEMMs are slower than the NCHW
-path's (M x C) @ (C x tiles); on VGG's large maps the copies to and from channels-last cost
+path's (M x C) @ (C x tiles); on VGG's 224x224 maps the copies to and from channels-last cost
 more than the path saves. ``pays`` keeps both on the NCHW path.
 """
 
@@ -31,10 +31,13 @@ from ._scratch import scratch
 from ._spatial import strided_view
 
 # Tiles per image for which this path runs: below, the NCHW path's GEMM orientation wins (see
-# the module docstring); above, on VGG's 112x112 and 224x224 maps, the copies to and from
-# channels-last (9.6 and 2.3 ms for the 64-channel 224x224 layer) cost more than it saves.
+# the module docstring); above, on VGG's 224x224 maps, the copies to and from channels-last (9.6
+# and 2.3 ms for the 64-channel 224x224 layer) cost more than it saves. VGG's 112x112 layers
+# (784 tiles) gain: VGG-19 -3.7% on a Sapphire Rapids Xeon (0 of 42-51 alternating pairs
+# slower, its 128-channel 112x112 layers 15.4 -> 12.8 ms; alone after a 32 MB pass, 32 to 128
+# channels 2-21% faster), within noise on the EPYC where the limit was 196 before.
 _MIN_TILES = 49
-_MAX_TILES = 196
+_MAX_TILES = 784
 
 # Transformed-tile bytes per band of tile rows: big layers (VGG's 224x224) run in bands so the
 # tiles, their transform and the products stay within a few MB.

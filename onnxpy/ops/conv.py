@@ -1020,7 +1020,7 @@ def _winograd_tile(
     proportion to C and M per tile, the GEMM saving in proportion to C * M, so Winograd needs
     many channels, and more output than input channels favours the direct GEMM.
 
-    On the host, layers of 49-196 tiles run channels-last (``_winograd_cl.py``), whose
+    On the host, layers of 49-784 tiles run channels-last (``_winograd_cl.py``), whose
     transforms cost less: there F(4x4) on maps of 27x27 and more, and F(2x2) on smaller ones,
     win from 32 input channels (Inception v2's 28x28 layers of 64-96 channels 2.4% and its 14x14
     ones 3.7% of the model, in alternating rounds; Inception v1's neutral), and F(4x4) up to

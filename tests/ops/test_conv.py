@@ -702,11 +702,15 @@ def test_each_fast_path_is_chosen_where_expected() -> None:
     from onnxpy.ops import conv as conv_mod
 
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [56, 56]) == 4
-    # 28x28 (49 tiles, channels-last) from 32 channels; 112x112 (784 tiles, NCHW) from 64.
+    # 28x28 (49 tiles) to 112x112 (784 tiles) channels-last from 32 channels; 224x224 (3136
+    # tiles, NCHW) from 64.
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 96, 96, [28, 28]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 96, 96, [28, 28], host=False) == 0  # CuPy: NCHW rules
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 24, 48, [28, 28]) == 0
-    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 32, 64, [112, 112]) == 0
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 32, 64, [112, 112]) == 4
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 32, 64, [112, 112], host=False) == 0
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 32, 64, [224, 224]) == 0
+    assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [224, 224]) == 4
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 64, [112, 112]) == 4
     # 14x14 (49 tiles of 2x2, channels-last) from 32 channels; 10x10 (25 tiles, NCHW) from 192.
     assert conv_mod._winograd_tile([3, 3], [1, 1], [1, 1], 64, 96, [14, 14]) == 2

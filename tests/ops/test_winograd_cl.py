@@ -153,4 +153,5 @@ def test_tile_counts_choose_the_layout() -> None:
     assert winograd_cl.pays([56, 56], 4)  # ResNet-50: 196 tiles
     assert winograd_cl.pays([28, 28], 4) and winograd_cl.pays([14, 14], 2)  # 49 tiles
     assert not winograd_cl.pays([7, 7], 2)  # 16 tiles: the NCHW path's GEMM orientation
-    assert not winograd_cl.pays([112, 112], 4)  # 784 tiles: the copies cost more (VGG)
+    assert winograd_cl.pays([112, 112], 4)  # 784 tiles: VGG's 112x112 layers
+    assert not winograd_cl.pays([224, 224], 4)  # 3136 tiles: the copies cost more (VGG)
