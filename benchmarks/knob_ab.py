@@ -3,9 +3,9 @@ constant, in one process.
 
     python benchmarks/knob_ab.py onnxpy.ops._depthwise._CHUNK_VALUES=2800 --models mobilenet
     python benchmarks/knob_ab.py onnxpy.ops.conv._GROUPED_BIAS_MIN_POSITIONS=10**9 --models shuffle --nodes 8
-    python benchmarks/knob_ab.py onnxpy.ops.pool._BLOCK_BYTES=262144 --json knob_ab.json
+    python benchmarks/knob_ab.py "onnxpy.ops._erf._GELU_BLOCK=1<<14" --models bert --json knob_ab.json
 
-Kernels read their thresholds and block sizes (``_CHUNK_VALUES``, ``_BLOCK_BYTES``,
+Kernels read their thresholds and block sizes (``_CHUNK_VALUES``, ``_GELU_BLOCK``,
 ``_GROUPED_BIAS_MIN_POSITIONS``, ...) from module constants at call time, so one session can run
 with either value. Side A sets the constants to the given values, side B keeps the current ones
 (the default); calls alternate, one of each in turn, the order alternating from pair to pair,
@@ -123,8 +123,13 @@ def _set_all(knobs: list[Knob], side_a: bool) -> None:
 
 
 def compare_model(path: str, feeds: dict[str, np.ndarray], knobs: list[Knob], args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory(prefix="onnxpy_knob_ab_") as tmp:
+        return _compare_in(path, feeds, knobs, args, tmp)
+
+
+def _compare_in(path: str, feeds: dict[str, np.ndarray], knobs: list[Knob], args: argparse.Namespace, tmp: str) -> dict:
+    """``compare_model`` with ``tmp`` for the profiler's trace."""
     so = onnxpy.SessionOptions()
-    tmp = tempfile.mkdtemp(prefix="onnxpy_knob_ab_")
     if args.nodes:
         so.enable_profiling = True
         so.profile_file_prefix = os.path.join(tmp, "trace")
