@@ -347,6 +347,7 @@ def _separable_clipped(
         tuple(begin),
         tuple(out),
         1 if channels_last else 2,
+        _current_limits(),
     )
     if plan is None:
         return None
@@ -451,6 +452,23 @@ _CHANNEL_BLOCK_BYTES = 512 << 10
 _SUBSAMPLED_MAX_BYTES = 1 << 20
 
 
+class _Limits(NamedTuple):
+    """The byte limits above as a call read them: part of a plan's cache key, so that changed
+    limits (a test, benchmarks/knob_ab.py) are never answered from a plan made under others."""
+
+    blocked_min: int
+    block: int
+    channel_blocked_min: int
+    channel_block: int
+    subsampled_max: int
+
+
+def _current_limits() -> _Limits:
+    return _Limits(
+        _BLOCKED_MIN_BYTES, _BLOCK_BYTES, _CHANNEL_BLOCKED_MIN_BYTES, _CHANNEL_BLOCK_BYTES, _SUBSAMPLED_MAX_BYTES
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def _clipped_plan(
     shape: tuple[int, ...],
@@ -462,7 +480,8 @@ def _clipped_plan(
     dilations: tuple[int, ...],
     begin: tuple[int, ...],
     out: tuple[int, ...],
-    first: int = 2,
+    first: int,
+    limits: _Limits,
 ) -> _BlockedPlan | _ChannelBlocks | tuple[_PassPlan, ...] | None:
     """How ``_separable_clipped`` reduces an input of ``shape`` whose spatial axes start at
     ``first`` (2 for NCHW, 1 for channels-last NHWC): per axis the cheapest pass that applies
@@ -483,26 +502,28 @@ def _clipped_plan(
         and first == 2
         and len(shape) == 4
         and all(st == 1 for st in strides)
-        and math.prod(shape) * itemsize > _CHANNEL_BLOCKED_MIN_BYTES
-        and shape[1] > (per_block := max(1, _CHANNEL_BLOCK_BYTES // max(1, plane_bytes)))
+        and math.prod(shape) * itemsize > limits.channel_blocked_min
+        and shape[1] > (per_block := max(1, limits.channel_block // max(1, plane_bytes)))
     ):
         last = shape[1] % per_block or per_block
         taps = tuple(axes)
-        full = _passes((1, per_block, *shape[2:]), itemsize, contiguous, host, taps, first)
+        full = _passes((1, per_block, *shape[2:]), itemsize, contiguous, host, taps, first, limits.subsampled_max)
         if last != per_block:
             return _ChannelBlocks(
-                per_block, full, _passes((1, last, *shape[2:]), itemsize, contiguous, host, taps, first)
+                per_block,
+                full,
+                _passes((1, last, *shape[2:]), itemsize, contiguous, host, taps, first, limits.subsampled_max),
             )
         return _ChannelBlocks(per_block, full, full)
-    if host and first == 2 and len(shape) == 4 and math.prod(shape) * itemsize > _BLOCKED_MIN_BYTES:
-        per_block = max(1, _BLOCK_BYTES // max(1, shape[2] * shape[3] * itemsize))
+    if host and first == 2 and len(shape) == 4 and math.prod(shape) * itemsize > limits.blocked_min:
+        per_block = max(1, limits.block // max(1, shape[2] * shape[3] * itemsize))
         last = shape[1] % per_block or min(shape[1], per_block)
 
         def subsampled(planes: int) -> _PassPlan | None:
-            return _subsampled_plan((1, planes, out[0], shape[3]), itemsize, True, 3, axes[1])
+            return _subsampled_plan((1, planes, out[0], shape[3]), itemsize, True, 3, axes[1], limits.subsampled_max)
 
         def first_subsampled(planes: int) -> _PassPlan | None:
-            return _subsampled_plan((1, planes, *shape[2:]), itemsize, contiguous, 2, axes[0])
+            return _subsampled_plan((1, planes, *shape[2:]), itemsize, contiguous, 2, axes[0], limits.subsampled_max)
 
         return _BlockedPlan(
             _axis_steps(axes[0], 2),
@@ -514,14 +535,20 @@ def _clipped_plan(
             first_subsampled(min(shape[1], per_block)),
             first_subsampled(last),
         )
-    return _passes(shape, itemsize, contiguous, host, tuple(axes), first)
+    return _passes(shape, itemsize, contiguous, host, tuple(axes), first, limits.subsampled_max)
 
 
 def _passes(
-    shape: tuple[int, ...], itemsize: int, contiguous: bool, host: bool, axes: tuple[_AxisTaps, ...], first: int
+    shape: tuple[int, ...],
+    itemsize: int,
+    contiguous: bool,
+    host: bool,
+    axes: tuple[_AxisTaps, ...],
+    first: int,
+    subsampled_max: int,
 ) -> tuple[_PassPlan, ...]:
-    """Per axis the cheapest pass that applies to an input of ``shape``: subsampled, flat, else
-    strided views."""
+    """Per axis the cheapest pass that applies to an input of ``shape``: subsampled (on arrays
+    of at most ``subsampled_max`` bytes), flat, else strided views."""
     passes = []
     cur = shape
     for a, taps in enumerate(axes):
@@ -530,9 +557,8 @@ def _passes(
         if taps.others and host:
             # Rows subsampled only in NCHW: channels-last rows are long runs already.
             rows = axis == len(cur) - 1 or first == 2
-            p = (_subsampled_plan(cur, itemsize, contiguous, axis, taps) if rows else None) or _flat_plan(
-                cur, contiguous, axis, taps
-            )
+            sub = _subsampled_plan(cur, itemsize, contiguous, axis, taps, subsampled_max) if rows else None
+            p = sub or _flat_plan(cur, contiguous, axis, taps)
         if p is None:
             p = _PassPlan("axis", _shape_along(cur, axis, taps.o), _axis_steps(taps, axis))
         passes.append(p)
@@ -727,7 +753,7 @@ def _flat_plan(shape: tuple[int, ...], contiguous: bool, axis: int, taps: _AxisT
 
 @functools.lru_cache(maxsize=1024)
 def _subsampled_plan(
-    shape: tuple[int, ...], itemsize: int, contiguous: bool, axis: int, taps: _AxisTaps
+    shape: tuple[int, ...], itemsize: int, contiguous: bool, axis: int, taps: _AxisTaps, max_bytes: int
 ) -> _PassPlan | None:
     """The pass along the innermost axis or the one before it (rows) for strided windows of 3
     taps or more: every tap combined at stride 1 over the whole array as one flat line
@@ -736,10 +762,10 @@ def _subsampled_plan(
     measured 5-25% faster on 3x3/2 max pools (64x112x112: 800 -> 595 us); slower for 2-tap
     windows, which keep the strided form. Positions whose window
     crosses the axis's ends are recomputed (``_edge_steps``). None where it does not apply,
-    including arrays over _SUBSAMPLED_MAX_BYTES."""
+    including arrays over ``max_bytes`` (_SUBSAMPLED_MAX_BYTES)."""
     ranges, base, others, k, s, d, b, o = taps
     total = math.prod(shape)
-    if axis < len(shape) - 2 or s == 1 or k < 3 or not contiguous or not 0 < total * itemsize <= _SUBSAMPLED_MAX_BYTES:
+    if axis < len(shape) - 2 or s == 1 or k < 3 or not contiguous or not 0 < total * itemsize <= max_bytes:
         return None
     n = shape[axis]
     # On the rows axis (second to last) a tap is a shift by whole rows, and every s-th row is

@@ -567,13 +567,13 @@ def test_strided_innermost_pass_is_the_subsampled_flat_one() -> None:
 
     x = np.random.default_rng(5).standard_normal((1, 2, 7, 111)).astype(np.float32)
     three = P._AxisTaps(((0, 55), (0, 55), (0, 55)), 0, (1, 2), 3, 2, 1, 0, 55)
-    plan = P._subsampled_plan(x.shape, x.itemsize, True, 3, three)
+    plan = P._subsampled_plan(x.shape, x.itemsize, True, 3, three, P._SUBSAMPLED_MAX_BYTES)
     assert plan is not None
     got = P._run_pass(np, x, plan, np.maximum)
     want = np.maximum(np.maximum(x[..., 0:109:2], x[..., 1:110:2]), x[..., 2:111:2])
     np.testing.assert_array_equal(got, want)
     two = P._AxisTaps(((0, 55), (0, 55)), 0, (1,), 2, 2, 1, 0, 55)
-    assert P._subsampled_plan(x.shape, x.itemsize, True, 3, two) is None
+    assert P._subsampled_plan(x.shape, x.itemsize, True, 3, two, P._SUBSAMPLED_MAX_BYTES) is None
 
 
 def test_strided_rows_pass_is_the_subsampled_flat_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -587,25 +587,31 @@ def test_strided_rows_pass_is_the_subsampled_flat_one(monkeypatch: pytest.Monkey
     x = np.random.default_rng(8).standard_normal((1, 3, 112, 9)).astype(np.float32)
     # 3 taps at stride 2 with one row of padding on top: output row 0 reads rows -1..1.
     padded = P._AxisTaps(((1, 56), (0, 56), (0, 56)), 1, (0, 2), 3, 2, 1, 1, 56)
-    plan = P._subsampled_plan(x.shape, x.itemsize, True, 2, padded)
+    plan = P._subsampled_plan(x.shape, x.itemsize, True, 2, padded, P._SUBSAMPLED_MAX_BYTES)
     assert plan is not None and plan.kind == "subsampled" and plan.edges
     got = P._run_pass(np, x, plan, np.maximum)
     want = np.maximum(x[:, :, 0:111:2], x[:, :, 1:112:2])
     want[:, :, 1:] = np.maximum(want[:, :, 1:], x[:, :, 1:110:2])
     np.testing.assert_array_equal(got, want)
     two = P._AxisTaps(((0, 56), (0, 56)), 0, (1,), 2, 2, 1, 0, 56)
-    assert P._subsampled_plan(x.shape, x.itemsize, True, 2, two) is None
-    assert P._subsampled_plan(x.shape, x.itemsize, False, 2, padded) is None  # needs one run of memory
-    assert P._subsampled_plan((1, 3, 112, 9, 4), 4, True, 2, padded) is None  # not the rows axis
+    assert P._subsampled_plan(x.shape, x.itemsize, True, 2, two, P._SUBSAMPLED_MAX_BYTES) is None
+    assert (
+        P._subsampled_plan(x.shape, x.itemsize, False, 2, padded, P._SUBSAMPLED_MAX_BYTES) is None
+    )  # needs one run of memory
+    assert (
+        P._subsampled_plan((1, 3, 112, 9, 4), 4, True, 2, padded, P._SUBSAMPLED_MAX_BYTES) is None
+    )  # not the rows axis
 
     big = (1, 64, 111, 111)
     P._clipped_plan.cache_clear()
-    blocked = P._clipped_plan(big, 4, True, True, (3, 3), (2, 2), (1, 1), (0, 0), (55, 55))
+    blocked = P._clipped_plan(big, 4, True, True, (3, 3), (2, 2), (1, 1), (0, 0), (55, 55), 2, P._current_limits())
     assert isinstance(blocked, P._BlockedPlan) and blocked.first_subsampled is not None
     assert blocked.first_subsampled_last is not None
-    strided = P._clipped_plan(big, 4, False, True, (3, 3), (2, 2), (1, 1), (0, 0), (55, 55))
+    strided = P._clipped_plan(big, 4, False, True, (3, 3), (2, 2), (1, 1), (0, 0), (55, 55), 2, P._current_limits())
     assert isinstance(strided, P._BlockedPlan) and strided.first_subsampled is None
-    channels_last = P._clipped_plan((1, 27, 27, 64), 4, True, True, (3, 3), (2, 2), (1, 1), (0, 0), (13, 13), 1)
+    channels_last = P._clipped_plan(
+        (1, 27, 27, 64), 4, True, True, (3, 3), (2, 2), (1, 1), (0, 0), (13, 13), 1, P._current_limits()
+    )
     assert isinstance(channels_last, tuple) and [p.kind for p in channels_last] == ["axis", "axis"]
     x = np.random.default_rng(9).standard_normal(big).astype(np.float32)
     calls: list[int] = []
@@ -624,3 +630,27 @@ def test_strided_rows_pass_is_the_subsampled_flat_one(monkeypatch: pytest.Monkey
         for j in range(3):
             want = np.maximum(want, x[:, :, i : i + 109 : 2, j : j + 109 : 2])
     np.testing.assert_array_equal(y, want)
+
+
+def test_changed_limits_are_never_answered_from_a_cached_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans are cached per geometry and per the byte limits a call read (benchmarks/knob_ab.py
+    switches them between calls): with the subsampled pass's limit at 0 the next call plans
+    without it, no cache cleared, and gives the same values."""
+    from onnxpy.ops import pool as P
+
+    x = np.random.default_rng(10).standard_normal((1, 64, 111, 111)).astype(np.float32)
+    calls: list[int] = []
+    run = P._run_subsampled
+
+    def counted(src: Any, acc: Any, plan: Any, line: Any, combine: Any) -> None:
+        calls.append(1)
+        run(src, acc, plan, line, combine)
+
+    monkeypatch.setattr(P, "_run_subsampled", counted)
+    first = P._max_pool(np, x, [3, 3], [2, 2], [1, 1], [0, 0, 0, 0], "NOTSET", 0, 0, False)
+    assert calls
+    calls.clear()
+    monkeypatch.setattr(P, "_SUBSAMPLED_MAX_BYTES", 0)
+    second = P._max_pool(np, x, [3, 3], [2, 2], [1, 1], [0, 0, 0, 0], "NOTSET", 0, 0, False)
+    assert not calls
+    np.testing.assert_array_equal(first, second)
