@@ -116,13 +116,16 @@ def depthwise_channels_last(
     return y.transpose(0, 3, 1, 2)
 
 
+_PHASED_MIN_WIDTH = 28
+
+
 def _phased(strides: list[int], kw: int, ow: int) -> bool:
     """Whether the zero-bordered input is stored with its columns by parity (see
     ``_depthwise_image``): at column stride 2, on rows of 28 outputs and more. On shorter rows
     its two einsums and the pass adding them cost more than they save (MobileNet-v2's
     PointwiseDepthwiseConv: 112x112 -> 56x56 2180 -> 1573 us, 56 -> 28 798 -> 682, 28 -> 14
     288 -> 291, 14 -> 7 313 -> 334)."""
-    return strides[1] == 2 and kw > 1 and ow >= 28
+    return strides[1] == 2 and kw > 1 and ow >= _PHASED_MIN_WIDTH
 
 
 def pointwise_depthwise_channels_last(
