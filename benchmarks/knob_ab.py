@@ -114,6 +114,11 @@ def _number(literal: str) -> Any:
             isinstance(node, ast.Constant) and not isinstance(node.value, (bool, int, float))
         ):
             raise ValueError(literal)
+        # A power of constants with a small exponent only: 9**9**9 would compute for ever.
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            exponent = node.right
+            if not (isinstance(exponent, ast.Constant) and abs(exponent.value) <= 64):
+                raise ValueError(literal)
     return eval(compile(tree, "<setting>", "eval"), {"__builtins__": {}})  # noqa: S307 - arithmetic only
 
 
