@@ -82,3 +82,25 @@ def test_channel_max_raises_each_channel_to_its_floor(dtype: type, layout: str) 
     got = channel_max(np, x, floor)
     assert got.dtype == x.dtype and got.shape == x.shape
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_channel_max_in_blocks_of_channels_matches_the_whole_map(dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large maps run a block of channels at a time (ops/fused.py): every block, the short last
+    one and each image of a batch get their own floors; NaN kept."""
+    from onnxpy.ops import fused
+
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((2, 5, 4, 3)).astype(dtype)
+    x.flat[::11] = np.nan
+    floor = rng.standard_normal(5).astype(dtype)
+    want = np.maximum(x, floor.reshape(1, 5, 1, 1))
+    calls = []
+    blocked = fused._channel_max_blocked
+    monkeypatch.setattr(fused, "_channel_max_blocked", lambda *a: calls.append(1) or blocked(*a))
+    monkeypatch.setattr(fused, "_CHANNEL_MAX_BLOCKED_BYTES", 0)
+    monkeypatch.setattr(fused, "_CHANNEL_MAX_BLOCK_BYTES", 2 * 12 * x.itemsize)  # 2 channels: 2, 2, 1
+    got = fused.channel_max(np, x, floor)
+    assert calls, "the blocked path did not run"
+    assert got.dtype == x.dtype and got.shape == x.shape
+    np.testing.assert_array_equal(got, want)
