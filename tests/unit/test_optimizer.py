@@ -530,6 +530,56 @@ def _gelu_model(order: str, divisor: float, multiplier: float | None = None) -> 
     )
 
 
+def _bn_relu_pool_conv_model(pool: dict, pool_readers: int = 1) -> onnx.ModelProto:
+    """x -> BatchNorm -> Relu -> AveragePool -> 1x1 Conv, as DenseNet's transitions run once
+    their convolution has moved after the pool."""
+    c, m = 4, 6
+    bn, inits = _bn_nodes("x", "n", "bn", c)
+    inits["cw"] = RNG.standard_normal((m, c, 1, 1)).astype(np.float32)
+    inits["cb"] = RNG.standard_normal(m).astype(np.float32)
+    nodes = [
+        *bn,
+        helper.make_node("Relu", ["n"], ["r"]),
+        helper.make_node("AveragePool", ["r"], ["p"], **pool),
+        helper.make_node("Conv", ["p", "cw", "cb"], ["y"]),
+    ]
+    outs = ["y"]
+    if pool_readers > 1:
+        nodes.append(helper.make_node("Neg", ["p"], ["other"]))
+        outs.append("other")
+    return make_model(
+        nodes, [vinfo("x", TensorProto.FLOAT, [1, c, 5, 5])], [vinfo(o) for o in outs], initializers=inits
+    )
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+        {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},  # count_include_pad 0
+        {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},  # 5 -> 3: the last window partial
+    ],
+    ids=["2x2-stride-2", "3x3-padded-not-counted", "ceil-mode"],
+)
+def test_relu_after_affine_folds_through_an_average_pool(pool: dict) -> None:
+    sess = _same_numbers(_bn_relu_pool_conv_model(pool), _bn_relu_feeds(), rtol=1e-5)
+    ops = _ops(sess._compiled.graph)
+    assert ops.get("ChannelMax") == 1 and "ChannelAffine" not in ops, ops
+
+
+@pytest.mark.parametrize(
+    "pool,readers",
+    [
+        ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}, 1),  # padding counted
+        ({"kernel_shape": [2, 2], "strides": [2, 2]}, 2),  # the pooled value read elsewhere too
+    ],
+    ids=["padding-counted", "two-readers"],
+)
+def test_relu_floor_fold_through_a_pool_declines_where_it_would_change_values(pool: dict, readers: int) -> None:
+    sess = _same_numbers(_bn_relu_pool_conv_model(pool, readers), _bn_relu_feeds(extreme=False), rtol=1e-5)
+    assert "ChannelMax" not in _ops(sess._compiled.graph)
+
+
 @pytest.mark.parametrize("order", ["div_last_half", "mul_half_first", "half_then_x"])
 def test_gelu_patterns_fuse(order: str) -> None:
     from onnxpy.optimizer.passes import fuse_patterns
