@@ -246,6 +246,47 @@ def test_average_pool_over_the_whole_map(
     assert taken == [expected]
 
 
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize(
+    "shape,dtype,attrs,tiled",
+    [
+        ((1, 6, 8, 8), np.float32, {"kernel_shape": [2, 2], "strides": [2, 2]}, True),  # DenseNet's
+        ((2, 3, 6, 9), np.float64, {"kernel_shape": [2, 2], "strides": [2, 2]}, True),  # last column unread
+        ((1, 4, 9, 9), np.float32, {"kernel_shape": [3, 3], "strides": [3, 3]}, True),
+        ((1, 4, 6, 8), np.float32, {"kernel_shape": [1, 2], "strides": [1, 2]}, True),
+        ((1, 4, 7, 8), np.float32, {"kernel_shape": [2, 2], "strides": [2, 2]}, False),  # a row left over
+        ((1, 4, 8, 8), np.float32, {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1]}, False),
+        ((1, 4, 8, 8), np.float32, {"kernel_shape": [2, 2], "strides": [1, 1]}, False),  # overlapping
+        ((1, 4, 8, 70), np.float32, {"kernel_shape": [2, 2], "strides": [2, 2]}, False),  # rows too long
+    ],
+    ids=["2x2", "odd-width-f64", "3x3", "1x2", "odd-height", "padded", "stride-1", "wide"],
+)
+def test_average_pool_tiling_the_map_is_one_product(
+    monkeypatch: pytest.MonkeyPatch,
+    shape: tuple[int, ...],
+    dtype: type,
+    attrs: dict[str, Any],
+    tiled: bool,
+    count_include_pad: int,
+) -> None:
+    # Windows that tile the map (kernel == stride, no padding reached) take one matrix product.
+    from onnxpy.ops import pool as pool_mod
+
+    taken: list[bool] = []
+    original = pool_mod._tiled_mean
+    monkeypatch.setattr(pool_mod, "_tiled_mean", lambda *a: taken.append((r := original(*a)) is not None) or r)
+    x = np.random.default_rng(10).standard_normal(shape).astype(dtype)
+    if dtype == np.float32:
+        got, want = _both("AveragePool", {"X": x}, opset=19, count_include_pad=count_include_pad, **attrs)
+    else:  # onnxruntime has no float64 AveragePool: the windows' means, straight from numpy
+        (kh, kw), (n, c, h, w) = attrs["kernel_shape"], shape
+        got = [_ours("AveragePool", {"X": x}, count_include_pad=count_include_pad, **attrs)]
+        oh, ow = h // kh, w // kw
+        want = [x[:, :, : oh * kh, : ow * kw].reshape(n, c, oh, kh, ow, kw).mean(axis=(3, 5))]
+    _same(got, want)
+    assert taken == [tiled]
+
+
 def test_average_pool_float16() -> None:
     rng = np.random.default_rng(7)
     x = rng.standard_normal((1, 2, 9, 9)).astype(np.float16)

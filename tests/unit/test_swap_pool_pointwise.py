@@ -27,7 +27,9 @@ def _order(model: onnx.ModelProto) -> list[str]:
 
 
 def _check(model: onnx.ModelProto, shape: list[int]) -> None:
-    check_optimized(model, {"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)})
+    # Outputs are sums of up to 256 products of unit normals (magnitudes about 10-20): float32
+    # rounding in another order moves them by ~1e-6 of that, more than 1e-5 absolute near zero.
+    check_optimized(model, {"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)}, atol=1e-4)
 
 
 def _transition(
