@@ -838,6 +838,45 @@ def test_a_residual_convolution_adds_through_channels_last_columns(monkeypatch: 
         assert got is buffer
 
 
+@pytest.mark.parametrize("reduce_limit", [0, 1 << 20], ids=["a-call-per-tap", "one-reduction"])
+@pytest.mark.parametrize(
+    "xs,ws,pads,dilations",
+    [
+        ((2, 16, 9, 8), (4, 16, 3, 3), [1, 1, 1, 1], [1, 1]),  # in place: no zero columns
+        ((1, 20, 10, 9), (5, 20, 3, 2), [2, 0, 1, 3], [2, 3]),  # dilated, asymmetric, padded rows
+        ((2, 16, 5, 8), (4, 16, 1, 7), [0, 3, 0, 3], [1, 1]),  # one kernel row
+        ((1, 28, 12, 11), (3, 28, 7, 7), [3, 2, 3, 4], [1, 1]),  # 49 taps: groups of products, per tap
+    ],
+    ids=["3x3", "dilated", "1x7", "7x7"],
+)
+def test_tap_sum_adds_its_taps_by_one_reduction_or_per_tap_alike(
+    monkeypatch: pytest.MonkeyPatch,
+    xs: tuple[int, ...],
+    ws: tuple[int, ...],
+    pads: list[int],
+    dilations: list[int],
+    reduce_limit: int,
+) -> None:
+    """The tap sum's blocks added by one reduction over a strided view of them (small maps,
+    every tap in one product) or one add per tap give the convolution."""
+    from onnxpy.ops import conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "_TAP_SUM_REDUCE_MAX_POSITIONS", reduce_limit)
+    monkeypatch.setattr(conv_mod, "_tap_sum_pays", lambda *a: True)
+    views: list[tuple[int, ...]] = []
+    original = conv_mod.strided_view
+    monkeypatch.setattr(conv_mod, "strided_view", lambda a, shape, st: views.append(shape) or original(a, shape, st))
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    got = _ours("Conv", {"X": x, "W": w, "B": b}, pads=pads, dilations=dilations)
+    want = reference_conv(x, w, b, [1, 1], pads, dilations, 1)
+    assert_conv_close(got, want, term_scale(x, w, b, [1, 1], pads, dilations, 1))
+    reduced = [v for v in views if len(v) == 4 and v[:2] == ws[2:]]
+    assert bool(reduced) == (reduce_limit > 0 and ws[2] * ws[3] <= 9), views
+
+
 def test_tap_sum_writes_a_channel_slice_of_a_concatenation_in_place() -> None:
     """The tap sum adds its shifted products straight into ``into`` when that holds whole rows
     (a concatenation's channel slice, as ConcatConv hands over), two images, with the bias; the
