@@ -902,17 +902,21 @@ def _average_pool(
     ceil_mode: int,
     count_include_pad: int,
     ctx: Any = None,
+    products: bool = True,
 ) -> Any:
+    """AveragePool. With ``products`` False every window is summed, then divided by its count,
+    on every device, never weighted inside a matrix product (_tiled_mean, _small_map_mean): the
+    same rounding wherever it runs, which QLinearAveragePool needs, as its rounding to integers
+    turns a last-bit difference at a tie into a step."""
     begin, end, out, strides, dilations, ext = _setup(
         x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, ctx
     )
     whole = _whole_map_mean(xp, x, kernel_shape, dilations, begin, out, count_include_pad)
     if whole is not None:
         return whole
-    tiled = _tiled_mean(xp, x, kernel_shape, strides, dilations, begin, out)
+    tiled = _tiled_mean(xp, x, kernel_shape, strides, dilations, begin, out) if products else None
     if tiled is not None:
         return tiled
-    total = _sum_pool(xp, x, kernel_shape, strides, dilations, begin, end, out, ext, None)
     key = (
         tuple(x.shape[2:]),
         tuple(kernel_shape),
@@ -923,12 +927,60 @@ def _average_pool(
         tuple(dilations),
         int(count_include_pad),
     )
+    small = _small_map_mean(xp, x, key, tuple(ext)) if products else None
+    if small is not None:
+        return small
+    return _window_mean(xp, x, key, ext)
+
+
+def _window_mean(xp: Any, x: Any, key: tuple[Any, ...], ext: list[int]) -> Any:
+    """The average pool described by ``key`` (see _average_pool) as window sums, then each
+    divided by its count."""
+    _, kernel_shape, begin, end, out, strides, dilations, _ = key
+    total = _sum_pool(
+        xp, x, list(kernel_shape), list(strides), list(dilations), list(begin), list(end), list(out), ext, None
+    )
     if _window_counts_cached(*key) is None:
         total /= total.dtype.type(math.prod(kernel_shape))
     else:
         # Multiplying by cached reciprocals is a cheaper pass than dividing (<= 1 ulp apart).
         total *= xp.asarray(_reciprocal_counts(key, total.dtype.str))
     return total.astype(x.dtype, copy=False)
+
+
+# Input positions times output positions (per channel) up to which an average pool on a small
+# map runs as one product with its (positions x outputs) matrix (_small_map_mean): Inception
+# v2's 3x3/1 pools on 128x7x7 29 -> 5 us alone, ShuffleNet's 3x3/2 on 272x14x14 59 -> 24; at
+# 14x14 stride 1 (38,416) both ways take 44 us, at 28x28 the product is 3-5x slower.
+_SMALL_MAP_MEAN_MAX_ENTRIES = 40_000
+
+
+def _small_map_mean(xp: Any, x: Any, key: tuple[Any, ...], ext: tuple[int, ...]) -> Any:
+    """An average pool on a small map as one product: each channel's plane (P values) times a
+    (P, outputs) matrix whose column holds an output's window weights, 1 / count at the
+    positions its window averages. The matrix is the pool itself applied to the P unit planes
+    (``_window_mean``), so padding, count_include_pad, ceil_mode and dilations mean exactly what
+    they mean there. numpy's separable passes on such maps are a dozen calls on a few thousand
+    values; BLAS takes all channels at once. None where it does not apply."""
+    if xp is not np or x.dtype not in (np.float32, np.float64) or x.ndim < 3 or x.size == 0:
+        return None
+    plane, outputs = math.prod(x.shape[2:]), math.prod(key[4])
+    if plane * outputs > _SMALL_MAP_MEAN_MAX_ENTRIES:
+        return None
+    weights = _small_map_weights(key, ext, x.dtype.str)
+    y = np.matmul(x.reshape(-1, plane), weights)
+    return y.reshape(*x.shape[:2], *key[4])
+
+
+@functools.lru_cache(maxsize=64)
+def _small_map_weights(key: tuple[Any, ...], ext: tuple[int, ...], dtype: str) -> np.ndarray:
+    """(positions, outputs): the pool of ``key`` applied to every unit plane."""
+    spatial = key[0]
+    plane = math.prod(spatial)
+    basis = np.eye(plane, dtype=dtype).reshape(plane, 1, *spatial)
+    weights = np.ascontiguousarray(_window_mean(np, basis, key, list(ext)).reshape(plane, -1))
+    weights.flags.writeable = False
+    return weights
 
 
 # Input rows per tiled-mean product row (kh * W) up to which the product beats the separable

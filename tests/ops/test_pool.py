@@ -192,9 +192,22 @@ def test_max_pool_opset8_storage_order() -> None:
     _same(got, want)
 
 
+@pytest.mark.parametrize("small_map_limit", [0, 1 << 30], ids=["window-sums", "one-product"])
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 @pytest.mark.parametrize("name,shape,attrs", POOL_CASES, ids=[c[0] for c in POOL_CASES])
-def test_average_pool(name: str, shape: tuple[int, ...], attrs: dict[str, Any], count_include_pad: int) -> None:
+def test_average_pool(
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    shape: tuple[int, ...],
+    attrs: dict[str, Any],
+    count_include_pad: int,
+    small_map_limit: int,
+) -> None:
+    # Both forms: window sums divided by their counts, and one product with the matrix that
+    # the pool makes of the unit planes (small maps).
+    from onnxpy.ops import pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "_SMALL_MAP_MEAN_MAX_ENTRIES", small_map_limit)
     if count_include_pad and name in ("ceil_pads", "dilated", "same_upper", "same_lower"):
         skip_before_onnxruntime((1, 24), "counts padded positions wrongly here (onnxpy matches onnx.reference)")
     rng = np.random.default_rng(5)

@@ -199,7 +199,9 @@ def qlinear_average_pool(
             f"QLinearAveragePool needs an input of rank >= 3 (N, C, spatial...), got shape {list(X.shape)}"
         )
     x = _deq(xp, _to_channels_first(xp, X) if channels_last else X, x_scale, x_zero_point, "x")
-    y = pool._average_pool(xp, x, kernel_shape, strides, None, pads, auto_pad, ceil_mode, count_include_pad)
+    y = pool._average_pool(
+        xp, x, kernel_shape, strides, None, pads, auto_pad, ceil_mode, count_include_pad, products=False
+    )
     y = _q(xp, y, y_scale, y_zero_point, dt, "y")
     return xp.moveaxis(y, 1, -1) if channels_last else y
 
