@@ -940,47 +940,66 @@ def _window_mean(xp: Any, x: Any, key: tuple[Any, ...], ext: list[int]) -> Any:
     total = _sum_pool(
         xp, x, list(kernel_shape), list(strides), list(dilations), list(begin), list(end), list(out), ext, None
     )
+    return _divided_by_counts(xp, total, key).astype(x.dtype, copy=False)
+
+
+def _divided_by_counts(xp: Any, total: Any, key: tuple[Any, ...]) -> Any:
+    """Window sums ``total`` divided, in place, by their windows' counts."""
     if _window_counts_cached(*key) is None:
-        total /= total.dtype.type(math.prod(kernel_shape))
+        total /= total.dtype.type(math.prod(key[1]))
     else:
         # Multiplying by cached reciprocals is a cheaper pass than dividing (<= 1 ulp apart).
         total *= xp.asarray(_reciprocal_counts(key, total.dtype.str))
-    return total.astype(x.dtype, copy=False)
+    return total
 
 
 # Input positions times output positions (per channel) up to which an average pool on a small
 # map runs as one product with its (positions x outputs) matrix (_small_map_mean): Inception
-# v2's 3x3/1 pools on 128x7x7 29 -> 5 us alone, ShuffleNet's 3x3/2 on 272x14x14 59 -> 24; at
-# 14x14 stride 1 (38,416) both ways take 44 us, at 28x28 the product is 3-5x slower.
-_SMALL_MAP_MEAN_MAX_ENTRIES = 40_000
+# v2's 3x3/1 pool on 128x7x7 (2,401) 70 -> 46 us in the model, ShuffleNet's 3x3/2 on 272x14x14
+# (9,604) 96 -> 64. At 14x14 stride 1 (38,416) the model's pools came out 15 us faster on 96
+# channels and 15 us slower on 128 (knob_ab.py); at 28x28 the product is 3-5x slower alone.
+_SMALL_MAP_MEAN_MAX_ENTRIES = 20_000
 
 
 def _small_map_mean(xp: Any, x: Any, key: tuple[Any, ...], ext: tuple[int, ...]) -> Any:
-    """An average pool on a small map as one product: each channel's plane (P values) times a
-    (P, outputs) matrix whose column holds an output's window weights, 1 / count at the
-    positions its window averages. The matrix is the pool itself applied to the P unit planes
-    (``_window_mean``), so padding, count_include_pad, ceil_mode and dilations mean exactly what
-    they mean there. numpy's separable passes on such maps are a dozen calls on a few thousand
-    values; BLAS takes all channels at once. None where it does not apply."""
+    """An average pool on a small map as one product, then the division by the counts: each
+    channel's plane (P values) times a (P, outputs) matrix of ones where an output's window
+    holds a position. The matrix is the window sums of the P unit planes (``_sum_pool``), so
+    padding, ceil_mode and dilations mean exactly what they mean there, and the counts divide
+    as in ``_window_mean`` (sums, then their division: a mean of equal values is that value).
+    numpy's separable passes on such maps are a dozen calls on a few thousand values; BLAS
+    takes all channels at once. None where it does not apply."""
     if xp is not np or x.dtype not in (np.float32, np.float64) or x.ndim < 3 or x.size == 0:
         return None
     plane, outputs = math.prod(x.shape[2:]), math.prod(key[4])
     if plane * outputs > _SMALL_MAP_MEAN_MAX_ENTRIES:
         return None
-    weights = _small_map_weights(key, ext, x.dtype.str)
-    y = np.matmul(x.reshape(-1, plane), weights)
-    return y.reshape(*x.shape[:2], *key[4])
+    windows = _small_map_windows(key, ext, x.dtype.str)
+    total = np.matmul(x.reshape(-1, plane), windows).reshape(*x.shape[:2], *key[4])
+    return _divided_by_counts(np, total, key)
 
 
 @functools.lru_cache(maxsize=64)
-def _small_map_weights(key: tuple[Any, ...], ext: tuple[int, ...], dtype: str) -> np.ndarray:
-    """(positions, outputs): the pool of ``key`` applied to every unit plane."""
-    spatial = key[0]
+def _small_map_windows(key: tuple[Any, ...], ext: tuple[int, ...], dtype: str) -> np.ndarray:
+    """(positions, outputs): 1 where the output's window of ``key`` holds the position."""
+    spatial, kernel_shape, begin, end, out, strides, dilations, _ = key
     plane = math.prod(spatial)
     basis = np.eye(plane, dtype=dtype).reshape(plane, 1, *spatial)
-    weights = np.ascontiguousarray(_window_mean(np, basis, key, list(ext)).reshape(plane, -1))
-    weights.flags.writeable = False
-    return weights
+    sums = _sum_pool(
+        np,
+        basis,
+        list(kernel_shape),
+        list(strides),
+        list(dilations),
+        list(begin),
+        list(end),
+        list(out),
+        list(ext),
+        None,
+    )
+    windows = np.ascontiguousarray(sums.reshape(plane, -1))
+    windows.flags.writeable = False
+    return windows
 
 
 # Input rows per tiled-mean product row (kh * W) up to which the product beats the separable
