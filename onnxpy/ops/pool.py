@@ -966,7 +966,8 @@ def _small_map_mean(xp: Any, x: Any, key: tuple[Any, ...], ext: tuple[int, ...])
     channel's plane (P values) times a (P, outputs) matrix of ones where an output's window
     holds a position. The matrix is the window sums of the P unit planes (``_sum_pool``), so
     padding, ceil_mode and dilations mean exactly what they mean there, and the counts divide
-    as in ``_window_mean`` (sums, then their division: a mean of equal values is that value).
+    as in ``_window_mean`` (sums, then their division: with weights of 1/count every product
+    rounds, and the mean of nine 100s came out 100.00001).
     numpy's separable passes on such maps are a dozen calls on a few thousand values; BLAS
     takes all channels at once. None where it does not apply."""
     if xp is not np or x.dtype not in (np.float32, np.float64) or x.ndim < 3 or x.size == 0:
@@ -1026,17 +1027,24 @@ def _tiled_mean(
         return None
     if out[1] * kw > w or kh * w > _TILED_MEAN_MAX_ROW or x.size == 0:
         return None
-    weights = _tiled_mean_weights(kh, kw, w, out[1], x.dtype.str)
+    count = kh * kw
+    # A power-of-two count's reciprocal is exact: it rides in the weights. Otherwise the product
+    # sums and the count divides after, rounding as the window sums do (weights of 1/9 made
+    # the mean of nine 100s 100.00001; the sum, then the division, give 100).
+    exact = count & (count - 1) == 0
+    weights = _tiled_mean_weights(kh, kw, w, out[1], x.dtype.str, 1.0 / count if exact else 1.0)
     y = np.matmul(x.reshape(n * c * out[0], kh * w), weights)
+    if not exact:
+        y /= y.dtype.type(count)
     return y.reshape(n, c, out[0], out[1])
 
 
 @functools.lru_cache(maxsize=64)
-def _tiled_mean_weights(kh: int, kw: int, w: int, ow: int, dtype: str) -> np.ndarray:
-    """(kh * w, ow): 1 / (kh * kw) at row r * w + kw * j + q (r < kh, q < kw), column j."""
+def _tiled_mean_weights(kh: int, kw: int, w: int, ow: int, dtype: str, value: float) -> np.ndarray:
+    """(kh * w, ow): ``value`` at row r * w + kw * j + q (r < kh, q < kw), column j."""
     m = np.zeros((kh, w, ow), dtype=np.float64)
     for j in range(ow):
-        m[:, kw * j : kw * (j + 1), j] = 1.0 / (kh * kw)
+        m[:, kw * j : kw * (j + 1), j] = value
     weights = m.reshape(kh * w, ow).astype(dtype)
     weights.flags.writeable = False
     return weights

@@ -708,3 +708,20 @@ def test_changed_limits_are_never_answered_from_a_cached_plan(monkeypatch: pytes
     second = P._max_pool(np, x, [3, 3], [2, 2], [1, 1], [0, 0, 0, 0], "NOTSET", 0, 0, False)
     assert not calls
     np.testing.assert_array_equal(first, second)
+
+
+@pytest.mark.parametrize(
+    "shape,attrs",
+    [
+        ((1, 3, 9, 9), {"kernel_shape": [3, 3], "strides": [3, 3]}),  # windows that tile the map
+        ((1, 3, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # a small map, padding not counted
+        ((1, 3, 40, 40), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # window sums
+    ],
+    ids=["tiled", "small-map", "window-sums"],
+)
+def test_average_pool_of_equal_values_is_that_value(shape: tuple[int, ...], attrs: dict[str, Any]) -> None:
+    # Sums, then the division by the count, on every path: weights of 1/9 inside a product
+    # made the mean of nine 100s 100.00001.
+    x = np.full(shape, 100.0, dtype=np.float32)
+    y = _ours("AveragePool", {"X": x}, **attrs)
+    assert y.size and np.all(y == 100.0), np.unique(y)
