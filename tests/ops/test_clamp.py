@@ -104,3 +104,23 @@ def test_channel_max_in_blocks_of_channels_matches_the_whole_map(dtype: type, mo
     assert calls, "the blocked path did not run"
     assert got.dtype == x.dtype and got.shape == x.shape
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_channel_max_on_large_planes_is_one_clip(dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planes of 3,000 values and more take one clip against per-channel bounds (ops/fused.py):
+    the same values as the broadcast maximum, NaN kept, for each image of a batch."""
+    from onnxpy.ops import fused
+
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((2, 3, 60, 55)).astype(dtype)
+    x.flat[::101] = np.nan
+    floor = rng.standard_normal(3).astype(dtype)
+    want = np.maximum(x, floor.reshape(1, 3, 1, 1))
+    clips = []
+    clip = np.clip
+    monkeypatch.setattr(np, "clip", lambda *a, **k: clips.append(1) or clip(*a, **k))
+    got = fused.channel_max(np, x, floor)
+    assert clips, "the clip did not run"
+    assert got.dtype == x.dtype and got.shape == x.shape
+    np.testing.assert_array_equal(got, want)
