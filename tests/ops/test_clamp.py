@@ -84,43 +84,32 @@ def test_channel_max_raises_each_channel_to_its_floor(dtype: type, layout: str) 
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("path", ["blocks-of-channels", "one-clip"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_channel_max_in_blocks_of_channels_matches_the_whole_map(dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Large maps run a block of channels at a time (ops/fused.py): every block, the short last
-    one and each image of a batch get their own floors; NaN kept."""
+def test_channel_max_large_map_paths_match_the_broadcast_maximum(
+    dtype: type, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large maps run a block of channels at a time, or on planes of 3,000 values and more one
+    clip against per-channel bounds (ops/fused.py): the broadcast maximum's values, every block
+    (the short last one too) and each image of a batch with its own floors, NaN kept."""
     from onnxpy.ops import fused
 
     rng = np.random.default_rng(14)
-    x = rng.standard_normal((2, 5, 4, 3)).astype(dtype)
+    shape = (2, 5, 4, 3) if path == "blocks-of-channels" else (2, 3, 60, 55)
+    x = rng.standard_normal(shape).astype(dtype)
     x.flat[::11] = np.nan
-    floor = rng.standard_normal(5).astype(dtype)
-    want = np.maximum(x, floor.reshape(1, 5, 1, 1))
+    floor = rng.standard_normal(shape[1]).astype(dtype)
+    want = np.maximum(x, floor.reshape(1, -1, 1, 1))
     calls = []
-    blocked = fused._channel_max_blocked
-    monkeypatch.setattr(fused, "_channel_max_blocked", lambda *a: calls.append(1) or blocked(*a))
-    monkeypatch.setattr(fused, "_CHANNEL_MAX_BLOCKED_BYTES", 0)
-    monkeypatch.setattr(fused, "_CHANNEL_MAX_BLOCK_BYTES", 2 * 12 * x.itemsize)  # 2 channels: 2, 2, 1
+    if path == "blocks-of-channels":
+        blocked = fused._channel_max_blocked
+        monkeypatch.setattr(fused, "_channel_max_blocked", lambda *a: calls.append(1) or blocked(*a))
+        monkeypatch.setattr(fused, "_CHANNEL_MAX_BLOCKED_BYTES", 0)
+        monkeypatch.setattr(fused, "_CHANNEL_MAX_BLOCK_BYTES", 2 * 12 * x.itemsize)  # 2 channels: 2, 2, 1
+    else:
+        clip = np.clip
+        monkeypatch.setattr(np, "clip", lambda *a, **k: calls.append(1) or clip(*a, **k))
     got = fused.channel_max(np, x, floor)
-    assert calls, "the blocked path did not run"
-    assert got.dtype == x.dtype and got.shape == x.shape
-    np.testing.assert_array_equal(got, want)
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_channel_max_on_large_planes_is_one_clip(dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Planes of 3,000 values and more take one clip against per-channel bounds (ops/fused.py):
-    the same values as the broadcast maximum, NaN kept, for each image of a batch."""
-    from onnxpy.ops import fused
-
-    rng = np.random.default_rng(15)
-    x = rng.standard_normal((2, 3, 60, 55)).astype(dtype)
-    x.flat[::101] = np.nan
-    floor = rng.standard_normal(3).astype(dtype)
-    want = np.maximum(x, floor.reshape(1, 3, 1, 1))
-    clips = []
-    clip = np.clip
-    monkeypatch.setattr(np, "clip", lambda *a, **k: clips.append(1) or clip(*a, **k))
-    got = fused.channel_max(np, x, floor)
-    assert clips, "the clip did not run"
+    assert calls, f"the {path} path did not run"
     assert got.dtype == x.dtype and got.shape == x.shape
     np.testing.assert_array_equal(got, want)
