@@ -904,10 +904,10 @@ def _average_pool(
     ctx: Any = None,
     products: bool = True,
 ) -> Any:
-    """AveragePool. With ``products`` False every window is summed, then divided by its count,
-    on every device, never weighted inside a matrix product (_tiled_mean, _small_map_mean): the
-    same rounding wherever it runs, which QLinearAveragePool needs, as its rounding to integers
-    turns a last-bit difference at a tie into a step."""
+    """AveragePool. With ``products`` False the windows are summed by numpy's passes on every
+    device, never inside a BLAS product (_tiled_mean, _small_map_mean), whose order of additions
+    is BLAS's: the same rounding wherever it runs, which QLinearAveragePool needs, as its
+    rounding to integers turns a last-bit difference at a tie into a step."""
     begin, end, out, strides, dilations, ext = _setup(
         x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, ctx
     )
@@ -967,9 +967,9 @@ def _small_map_mean(xp: Any, x: Any, key: tuple[Any, ...], ext: tuple[int, ...])
     holds a position. The matrix is the window sums of the P unit planes (``_sum_pool``), so
     padding, ceil_mode and dilations mean exactly what they mean there, and the counts divide
     as in ``_window_mean`` (sums, then their division: with weights of 1/count every product
-    rounds, and the mean of nine 100s came out 100.00001).
-    numpy's separable passes on such maps are a dozen calls on a few thousand values; BLAS
-    takes all channels at once. None where it does not apply."""
+    rounds, and the mean of nine 100s came out 100.00001). numpy's separable passes on such
+    maps are a dozen calls on a few thousand values; BLAS takes all channels at once. None
+    where it does not apply."""
     if xp is not np or x.dtype not in (np.float32, np.float64) or x.ndim < 3 or x.size == 0:
         return None
     plane, outputs = math.prod(x.shape[2:]), math.prod(key[4])
@@ -1015,8 +1015,8 @@ def _tiled_mean(
 ) -> Any:
     """A 2-D average pool whose windows tile the map (kernel == stride, no window touching the
     padding, the rows used up exactly) as one matrix product: each run of kh input rows,
-    (kh * W) values, times a (kh * W, ow) matrix holding 1 / (kh * kw) where a value lies in an
-    output's window. numpy's passes for such a pool are one short loop per row (for 2x2/2: two
+    (kh * W) values, times a (kh * W, ow) matrix marking where a value lies in an output's
+    window (with 1 / (kh * kw), or with 1 and the division after). numpy's passes for such a pool are one short loop per row (for 2x2/2: two
     adds over rows of W and W/2 values, then the scaling); BLAS streams the whole map once.
     None where it does not apply."""
     if xp is not np or x.ndim != 4 or x.dtype not in (np.float32, np.float64) or not x.flags.c_contiguous:

@@ -49,7 +49,7 @@ def run(graph: Graph) -> bool:
             continue
         out = node.outputs[0]
         conv, src = uses.only_reader(out), out
-        if _averaging_pool(conv) and conv is not None and len(conv.inputs) == 1:
+        if conv is not None and _averaging_pool(conv) and len(conv.inputs) == 1:
             src = conv.outputs[0]
             conv = uses.only_reader(src)
         if not pointwise_reader(graph, conv, src, group_one=True) or not sweep.fresh(conv):
