@@ -182,6 +182,16 @@ def pair_ratios_line(ratios: list[float]) -> str:
     return f"geometric mean of the pair ratios over {len(ratios)} models: {geo:.3f}"
 
 
+def outputs_status(rows: dict[str, dict], between: str) -> int:
+    """The exit status of a pair comparison: 1 (the models named on stderr) where both sides'
+    outputs differ by more than the optimizer's 1e-4 relative, else 0."""
+    diverged = [n for n, r in rows.items() if r.get("max_rel_diff", 0.0) > 1e-4]
+    if diverged:
+        print(f"outputs differ by more than 1e-4 relative {between}: {', '.join(diverged)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def run_child(side: Path, models: list[tuple[str, str, str]], args: argparse.Namespace, workdir: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(side))
     plan = json.dumps({"models": models, "warmup": args.warmup, "repeat": args.repeat})

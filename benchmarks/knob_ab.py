@@ -237,11 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         settings = {k.name: {"a": k.value, "default": k.default} for k in knobs}
         Path(args.json).write_text(json.dumps({"settings": settings, "models": rows}, indent=1))
-    diverged = [n for n, r in rows.items() if r["max_rel_diff"] > 1e-4]
-    if diverged:
-        print(f"outputs differ by more than 1e-4 relative between the settings: {', '.join(diverged)}", file=sys.stderr)
-        return 1
-    return 0
+    return ab.outputs_status(rows, "between the settings")
 
 
 if __name__ == "__main__":
