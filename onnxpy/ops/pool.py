@@ -93,6 +93,13 @@ def _checked_setup(
     return begin, end, out, strides, dilations, ext
 
 
+def _no_windows(xp: Any, x: Any, out: list[int]) -> Any:
+    """The empty result of a pool whose output has no window along some axis (ceil_mode on a
+    map the kernel overhangs by less than a stride, as onnx's shape inference and onnxruntime
+    give): the window loops would wrap their slices around instead."""
+    return xp.empty((*x.shape[:2], *out), dtype=x.dtype)
+
+
 def _axis_positions(
     axis: int, offset: int, begin: list[int], strides: list[int], dilations: list[int], out: list[int], nd: int
 ) -> np.ndarray:
@@ -123,6 +130,9 @@ def _max_pool(
     begin, end, out, strides, dilations, ext = _setup(
         x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, ctx
     )
+    if 0 in out:
+        y = _no_windows(xp, x, out)
+        return (y, xp.empty(y.shape, dtype=np.int64)) if want_indices else y
     nd = x.ndim - 2
     if not want_indices:
         y = _separable_clipped(xp, x, kernel_shape, strides, dilations, begin, out, xp.maximum, floor)
@@ -911,6 +921,8 @@ def _average_pool(
     begin, end, out, strides, dilations, ext = _setup(
         x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, ctx
     )
+    if 0 in out:
+        return _no_windows(xp, x, out)
     whole = _whole_map_mean(xp, x, kernel_shape, dilations, begin, out, count_include_pad)
     if whole is not None:
         return whole
@@ -1143,6 +1155,8 @@ def _lp_pool(
     begin, end, out, strides, dilations, ext = _setup(
         x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, ctx
     )
+    if 0 in out:
+        return _no_windows(xp, x, out)
     total = _sum_pool(xp, x, kernel_shape, strides, dilations, begin, end, out, ext, int(p))
     return _lp_finish(xp, total, int(p), x.dtype)
 

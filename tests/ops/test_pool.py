@@ -82,6 +82,13 @@ POOL_CASES = [
     ("ceil_wider_kernel_1d", (2, 3, 2), dict(kernel_shape=[3], strides=[2], ceil_mode=1)),
     ("ceil_wider_dilated", (1, 2, 2, 3), dict(kernel_shape=[3, 3], strides=[2, 2], dilations=[2, 2], ceil_mode=1)),
     ("ceil_no_window", (1, 2, 1, 1), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    # No window along one axis only, through the padded path: an empty result, not window
+    # slices that wrap around (ceil((2 - 5) / 2) + 1 = 0 rows, 1 column).
+    (
+        "ceil_no_window_one_axis",
+        (1, 3, 1, 1),
+        dict(kernel_shape=[3, 3], strides=[2, 2], dilations=[2, 2], pads=[1, 1, 0, 2], ceil_mode=1),
+    ),
 ]
 
 
@@ -310,7 +317,7 @@ def test_average_pool_float16() -> None:
 
 
 @pytest.mark.parametrize("p", [1, 2, 3])
-@pytest.mark.parametrize("name", ["ceil_pads", "dilated", "same_upper", "1d", "3d"])
+@pytest.mark.parametrize("name", ["ceil_pads", "dilated", "same_upper", "1d", "3d", "ceil_no_window_one_axis"])
 def test_lp_pool(p: int, name: str) -> None:
     _, shape, attrs = next(c for c in POOL_CASES if c[0] == name)
     rng = np.random.default_rng(8)
