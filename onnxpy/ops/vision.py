@@ -112,6 +112,15 @@ def _source_coords(mode: str, out_len: int, in_len: int, scale: float, roi_start
     raise ValueError(f"Resize: unknown coordinate_transformation_mode {mode!r} (expected one of {_COORD_MODES})")
 
 
+def _on_half_steps(x: np.ndarray) -> np.ndarray:
+    """Coordinates within float64 noise of a multiple of 0.5 put on it, where exact arithmetic
+    puts them (7 -> 5 values at scale 0.75, half_pixel_symmetric: 3.0000000000000004 for 3.0).
+    Nearest modes round or cut exactly there (ceil made that 4 where onnxruntime gives 3), and
+    tf_crop_and_resize extrapolates just past the edges."""
+    r = np.round(x * 2.0) / 2.0
+    return np.where(np.abs(x - r) <= 1e-9 * np.maximum(1.0, np.abs(r)), r, x)
+
+
 def _nearest_taps(xo: np.ndarray, in_len: int, nearest_mode: str, downsampling: bool) -> np.ndarray:
     if nearest_mode == "round_prefer_floor":
         i = np.ceil(xo - 0.5)
@@ -366,7 +375,9 @@ def _resize_plan(
     mask = None
     for a in range(rank):
         n_in, n_out = in_shape[a], out_shape[a]
-        xo = _source_coords(coordinate_transformation_mode, n_out, n_in, axis_scale[a], starts[a], ends[a])
+        xo = _on_half_steps(
+            _source_coords(coordinate_transformation_mode, n_out, n_in, axis_scale[a], starts[a], ends[a])
+        )
         shape = [1] * rank
         shape[a] = -1
         if crop:

@@ -93,6 +93,24 @@ def test_resize_nearest_scales(coord: str, nearest_mode: str, scales: tuple[floa
     assert_same(got[0], want[0])
 
 
+@pytest.mark.parametrize("nearest_mode", NEAREST_MODES)
+def test_resize_nearest_at_exact_ties_picks_what_exact_arithmetic_does(nearest_mode: str) -> None:
+    # 7 -> 5 columns at scale 0.75, half_pixel_symmetric: the middle output's source is exactly
+    # 3.0 (offset 1/6 + 2.5 / 0.75 - 0.5), which float64 computes as 3.0000000000000004; ceil
+    # took column 4 there, onnxruntime column 3.
+    x = np.arange(2 * 7, dtype=np.float32).reshape(1, 2, 1, 7)
+    s = np.array([1, 1, 1, 0.75], dtype=np.float32)
+    got, want = run_both(
+        "Resize",
+        {"X": x, "roi": None, "scales": s},
+        19,
+        coordinate_transformation_mode="half_pixel_symmetric",
+        nearest_mode=nearest_mode,
+    )
+    assert_same(got[0], want[0])
+    assert got[0][0, 0, 0, 2] == 3.0
+
+
 @pytest.mark.parametrize("mode", ["linear", "cubic"])
 @pytest.mark.parametrize("coord", COORD_MODES)
 @pytest.mark.parametrize("scales", SCALES)
