@@ -581,7 +581,8 @@ def pow_(xp: Any, X: Any, Y: Any) -> Any:  # noqa: N803 - spec names
             return _int_pow(xp, X, Y)
         # An integer base with a float exponent: computed in double, truncated back like C.
         return xp.trunc(xp.power(X.astype(np.float64), Y.astype(np.float64, copy=False))).astype(X.dtype)
-    if Y.size == 1 and isinstance(Y, np.ndarray) and Y.dtype.kind in "iuf":
+    if Y.size == 1 and Y.ndim <= X.ndim and isinstance(Y, np.ndarray) and Y.dtype.kind in "iuf":
+        # (An exponent of higher rank than the base still broadcasts the result to its rank.)
         exponent = float(Y.reshape(-1)[0])
         if exponent == 2.0:
             # x**2 (LayerNorm / variance decompositions): the product is exact and much faster.

@@ -213,6 +213,21 @@ def test_pow_square_fast_path_with_a_constant_exponent() -> None:
         assert got.dtype == np.float32
 
 
+@pytest.mark.parametrize("value", [2.0, 3.0, 0.5])
+@pytest.mark.parametrize("shapes", [((), (1,)), ((3,), (1, 1)), ((), (1, 1, 1))], ids=str)
+def test_pow_with_a_one_value_exponent_of_higher_rank_broadcasts_to_it(
+    value: float, shapes: tuple[tuple[int, ...], tuple[int, ...]]
+) -> None:
+    # The x ** 2 and x ** 3 fast paths returned the base's shape: () ** [2.0] gave a scalar.
+    x = np.full(shapes[0], -1.5, dtype=np.float32)
+    y = np.full(shapes[1], value, dtype=np.float32)
+    model = node_model("Pow", {"x": x, "y": y}, 1, 15)
+    got = quiet(lambda: run_ours(model, {"x": x, "y": y}))[0]
+    want = run_ort(model, {"x": x, "y": y})
+    assert want is not None
+    assert_same(got, want[0])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("exponent", [np.array(3.0, np.float32), np.array([3], np.int64)])
 def test_pow_cube_is_onnxruntimes_product_bit_for_bit(dtype: Any, exponent: np.ndarray) -> None:
