@@ -1028,9 +1028,9 @@ def _tiled_mean(
     """A 2-D average pool whose windows tile the map (kernel == stride, no window touching the
     padding, the rows used up exactly) as one matrix product: each run of kh input rows,
     (kh * W) values, times a (kh * W, ow) matrix marking where a value lies in an output's
-    window (with 1 / (kh * kw), or with 1 and the division after). numpy's passes for such a pool are one short loop per row (for 2x2/2: two
-    adds over rows of W and W/2 values, then the scaling); BLAS streams the whole map once.
-    None where it does not apply."""
+    window (with 1 / (kh * kw), or with 1 and the division after). numpy's passes for such a
+    pool are one short loop per row (for 2x2/2: two adds over rows of W and W/2 values, then the
+    scaling); BLAS streams the whole map once. None where it does not apply."""
     if xp is not np or x.ndim != 4 or x.dtype not in (np.float32, np.float64) or not x.flags.c_contiguous:
         return None
     kh, kw = kernel
